@@ -1,0 +1,66 @@
+"""Named model presets with published shapes.
+
+A preset is a partial config tree (sections → fields) applied before YAML and ``--set``. The ``gpt-*`` rows
+named after parameter counts are the ten configurations of Narayanan et al. 2021, Table 1 (vocab 51,200,
+sequence 2,048), which ``mwb plan`` reproduces; the small ones are for laptops and tests.
+"""
+from __future__ import annotations
+
+from .config import ConfigError, RunConfig, update
+
+_GPT = {"arch": "gpt", "max_position_embeddings": 2048, "vocab_size": 51200}
+
+
+def _table1(layers: int, hidden: int, heads: int) -> dict:
+    return {"model": dict(_GPT, num_layers=layers, hidden_size=hidden, num_attention_heads=heads),
+            "train": {"seq_length": 2048}}
+
+
+PRESETS: dict[str, dict] = {
+    # Small models that train on one CPU core in minutes.
+    "gpt-tiny": {"model": {"arch": "gpt", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
+                           "max_position_embeddings": 256},
+                 "train": {"seq_length": 128}},
+    "bert-tiny": {"model": {"arch": "bert", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
+                            "max_position_embeddings": 256, "tie_embeddings": True},
+                  "train": {"seq_length": 128}},
+    "t5-tiny": {"model": {"arch": "t5", "num_layers": 2, "num_decoder_layers": 2, "hidden_size": 128,
+                          "num_attention_heads": 4, "position_embedding": "relative", "bias": False,
+                          "normalization": "rmsnorm", "max_position_embeddings": 256},
+                "train": {"seq_length": 128}},
+    "llama-tiny": {"model": {"arch": "gpt", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
+                             "num_query_groups": 2, "normalization": "rmsnorm", "activation": "swiglu",
+                             "position_embedding": "rope", "bias": False, "tie_embeddings": False,
+                             "max_position_embeddings": 256},
+                   "train": {"seq_length": 128}},
+    # Published shapes.
+    "gpt-125m": {"model": dict(_GPT, num_layers=12, hidden_size=768, num_attention_heads=12)},
+    "gpt-350m": {"model": dict(_GPT, num_layers=24, hidden_size=1024, num_attention_heads=16)},
+    "gpt-1.3b": {"model": dict(_GPT, num_layers=24, hidden_size=2048, num_attention_heads=16)},
+    "gpt-8.3b": {"model": dict(_GPT, num_layers=72, hidden_size=3072, num_attention_heads=32)},
+    "bert-base": {"model": {"arch": "bert", "num_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+                            "max_position_embeddings": 512, "vocab_size": 30522}},
+    "bert-large": {"model": {"arch": "bert", "num_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+                             "max_position_embeddings": 512, "vocab_size": 30522}},
+    "t5-base": {"model": {"arch": "t5", "num_layers": 12, "num_decoder_layers": 12, "hidden_size": 768,
+                          "num_attention_heads": 12, "ffn_hidden_size": 3072, "kv_channels": 64,
+                          "position_embedding": "relative", "bias": False, "normalization": "rmsnorm",
+                          "vocab_size": 32128, "max_position_embeddings": 512}},
+    # Narayanan et al. 2021, Table 1.
+    "gpt-1.7b": _table1(24, 2304, 24),
+    "gpt-3.6b": _table1(30, 3072, 32),
+    "gpt-7.5b": _table1(36, 4096, 32),
+    "gpt-18b": _table1(40, 6144, 48),
+    "gpt-39b": _table1(48, 8192, 64),
+    "gpt-76b": _table1(60, 10240, 80),
+    "gpt-145b": _table1(80, 12288, 96),
+    "gpt-310b": _table1(96, 16384, 128),
+    "gpt-530b": _table1(105, 20480, 128),
+    "gpt-1t": _table1(128, 25600, 160),
+}
+
+
+def apply_preset(cfg: RunConfig, name: str) -> RunConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset '{name}' (known: {', '.join(sorted(PRESETS))})")
+    return update(cfg, PRESETS[name])

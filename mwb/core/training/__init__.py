@@ -1,0 +1,1 @@
+"""mwb.core.training."""
