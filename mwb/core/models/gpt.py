@@ -1,0 +1,90 @@
+"""GPT: a decoder-only language model, buildable whole or as one pipeline stage.
+
+A stage holds the layers ``layer_ids`` (global numbers, so parameter names are the same in every layout:
+``layers.7.attn.q_proj.weight`` is layer 7 wherever it lives), the embedding if it is the first stage and
+the final norm, output head and loss if it is the last. With tied embeddings a last stage that is not also
+the first keeps its own copy of the word embeddings as ``head.weight``; the pipeline keeps the copies equal.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from ..config import ModelConfig
+from .transformer import CrossEntropy, Embedding, KVCache, TransformerBlock, make_norm, rope_tables
+
+
+class GPTModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, padded_vocab_size: Optional[int] = None,
+                 layer_ids: Optional[Sequence[int]] = None, pre_process: bool = True,
+                 post_process: bool = True) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.padded_vocab_size = padded_vocab_size or vocab_size
+        self.pre_process, self.post_process = pre_process, post_process
+        ids = list(range(cfg.num_layers)) if layer_ids is None else list(layer_ids)
+        if pre_process:
+            self.embed = Embedding(cfg, self.padded_vocab_size)
+            self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(cfg, i, causal=True) for i in ids})
+        if post_process:
+            self.final_norm = make_norm(cfg)
+            self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=False)
+            self.loss_fn = CrossEntropy(vocab_size)
+        self.tie_weights()
+
+    # The output head shares the word embedding when both live on this stage.
+    def tie_weights(self) -> None:
+        if self.cfg.tie_embeddings and self.pre_process and self.post_process:
+            self.head.weight = self.embed.word.weight
+
+    @property
+    def shares_embedding(self) -> bool:
+        """Whether this stage holds a tied embedding copy that must stay equal to another stage's."""
+        return self.cfg.tie_embeddings and (self.pre_process != self.post_process)
+
+    def _rope(self, position_ids: torch.Tensor, cache: Optional[KVCache]):
+        if self.cfg.position_embedding != "rope":
+            return None
+        cos, sin = rope_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta)
+        return cos, sin, cos, sin
+
+    def forward(self, tokens: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
+                hidden: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
+                loss_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None):
+        """First stage: ``tokens [b, s]``; other stages: ``hidden [b, s, h]`` from the previous stage.
+        Returns hidden states (not last stage), logits (last stage, no labels) or ``(loss_sum, count)``."""
+        if tokens is not None:
+            seq = tokens.size(1)
+        else:
+            seq = hidden.size(1)
+        if position_ids is None:
+            start = cache.length() if cache is not None else 0
+            dev = tokens.device if tokens is not None else hidden.device
+            position_ids = torch.arange(start, start + seq, device=dev)[None]
+        if self.pre_process:
+            x = self.embed_dropout(self.embed(tokens, position_ids))
+        else:
+            x = hidden
+        rope = self._rope(position_ids[0] if position_ids.dim() == 2 and position_ids.size(0) == 1
+                          else position_ids, cache)
+        for layer in self.layers.values():
+            x = layer(x, rope=rope, cache=cache)
+        if not self.post_process:
+            return x
+        logits = self.head(self.final_norm(x))
+        if labels is None:
+            return logits
+        return self.loss_fn(logits, labels, loss_mask)
+
+
+def gpt_batch_to_inputs(batch: dict) -> dict:
+    """Megatron's GPT batch: a sample of seq+1 tokens gives inputs ``tokens[:-1]`` and labels ``[1:]``."""
+    t = batch["tokens"]
+    out = {"tokens": t[:, :-1].contiguous(), "labels": t[:, 1:].contiguous()}
+    if "loss_mask" in batch:
+        out["loss_mask"] = batch["loss_mask"][:, 1:] if batch["loss_mask"].size(1) == t.size(1) else batch["loss_mask"]
+    return out

@@ -1,0 +1,243 @@
+"""The mixed-precision, optionally sharded (ZeRO-1) optimizer and the gradient synchronisation it owns.
+
+One step, in order:
+  1. sequence-parallel parameters: all-reduce their partial gradients over TP;
+  2. tied embedding copies on the first and last pipeline stage: all-reduce over the embedding group;
+  3. data parallel: bucketed all-reduce of the flat fp32 gradient buffer or, with the distributed
+     optimizer, one reduce-scatter so each data-parallel rank holds the summed gradients of its shard;
+  4. unscale, global gradient norm over every group (each replicated parameter counted once), skip the step
+     on inf/NaN (fp16), clip;
+  5. Adam/AdamW/SGD on fp32 master pieces (the whole model, or this rank's shard), copy back to the model's
+     bf16/fp16 parameters, and (distributed optimizer) all-gather the updated parameter buffer.
+fp32 master weights alias the model's own fp32 parameters, so fp32 training keeps no second copy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..config import OptimConfig
+from ..parallel.collectives import all_reduce_no_grad, group_size
+from .buffers import FlatBuffers
+
+
+@dataclass
+class Piece:
+    """The part [lo, hi) of one parameter's flat elements that this rank's optimizer owns."""
+    name: str
+    param: nn.Parameter
+    lo: int
+    hi: int
+    master: torch.Tensor  # fp32, 1-D, hi-lo elements
+    grad: torch.Tensor  # view into the reduced fp32 gradient buffer
+    buffer: int  # index of the FlatBuffers it belongs to
+    alias: bool  # master is a view of the parameter itself (fp32 model)
+
+
+def no_weight_decay(name: str, p: torch.Tensor) -> bool:
+    """Megatron's rule: biases and norm weights (1-D) are not decayed."""
+    return p.dim() == 1 or name.endswith(".bias")
+
+
+class DistributedOptimizer:
+    def __init__(self, model: nn.Module, cfg: OptimConfig, state, distributed: bool = False,
+                 bucket_mb: float = 40.0) -> None:
+        self.model, self.cfg, self.state, self.distributed = model, cfg, state, distributed
+        self.bucket_elems = max(int(bucket_mb * 2**20 / 4), 1)
+        named = []
+        seen = set()
+        for name, p in model.named_parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                named.append((name, p))
+        dense = [(n, p) for n, p in named if not getattr(p, "expert", False)]
+        expert = [(n, p) for n, p in named if getattr(p, "expert", False)]
+        self.buffers: list[FlatBuffers] = []
+        self.buffer_is_expert: list[bool] = []
+        if dense:
+            self.buffers.append(FlatBuffers(dense, state.group("dp_cp")))
+            self.buffer_is_expert.append(False)
+        if expert:
+            self.buffers.append(FlatBuffers(expert, state.group("edp")))
+            self.buffer_is_expert.append(True)
+        self.pieces: list[Piece] = []
+        for bi, buf in enumerate(self.buffers):
+            rank = dist.get_rank(buf.group) if (distributed and buf.group is not None) else 0
+            lo_b, hi_b = buf.shard_range(rank) if distributed else (0, buf.padded)
+            for s in buf.slots:
+                lo, hi = max(lo_b, s.start), min(hi_b, s.start + s.numel)
+                if lo >= hi:
+                    continue
+                flat = s.param.data.view(-1)[lo - s.start:hi - s.start]
+                alias = s.param.dtype == torch.float32
+                master = flat if alias else flat.detach().float().clone()
+                grad = buf.grads[lo:hi]
+                self.pieces.append(Piece(s.name, s.param, lo - s.start, hi - s.start, master, grad, bi, alias))
+        self.optimizer = self._make_torch_optimizer()
+        self.found_inf_steps = 0
+
+    # -------------------------------------------------------------------------------------- plumbing
+    def _make_torch_optimizer(self) -> torch.optim.Optimizer:
+        decay, no_decay = [], []
+        for pc in self.pieces:
+            pc.master_param = nn.Parameter(pc.master, requires_grad=False) if not isinstance(pc.master, nn.Parameter) else pc.master
+            (no_decay if no_weight_decay(pc.name, pc.param) else decay).append(pc.master_param)
+        c = self.cfg
+        groups = [{"params": decay, "weight_decay": c.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]] or [{"params": [nn.Parameter(torch.zeros(1))]}]
+        if c.name == "adamw":
+            return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, foreach=False)
+        if c.name == "adam":  # L2 penalty folded into the gradient, as torch.optim.Adam does
+            return torch.optim.Adam(groups, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, foreach=False)
+        if c.name == "sgd":
+            return torch.optim.SGD(groups, lr=c.lr, momentum=c.momentum, foreach=False)
+        raise ValueError(f"unknown optimizer '{c.name}' (adamw | adam | sgd)")
+
+    def zero_grad(self) -> None:
+        for buf in self.buffers:
+            buf.zero_grad()
+        for p in self.model.parameters():
+            p.grad = None
+
+    def set_lr(self, lr: float) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
+    # --------------------------------------------------------------------------------- gradient sync
+    def _reduce_sequence_parallel(self) -> None:
+        tp = self.state.tp_group
+        if tp is None:
+            return
+        grads = [p.main_grad for p in self._unique_params() if getattr(p, "sequence_parallel", False)]
+        if grads:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=tp)
+            offset = 0
+            for g in grads:
+                g.view(-1).copy_(flat[offset:offset + g.numel()])
+                offset += g.numel()
+
+    def _reduce_embedding(self) -> None:
+        group = self.state.group("embedding")
+        if group is None or not getattr(self.model, "shares_embedding", False):
+            return
+        for name, p in self.model.named_parameters():
+            if name.endswith("embed.word.weight") or name.endswith("head.weight"):
+                dist.all_reduce(p.main_grad, group=group)
+
+    def _reduce_data_parallel(self) -> None:
+        for buf in self.buffers:
+            if buf.group is None:
+                continue
+            if self.distributed:
+                parts = list(buf.grads.chunk(buf.shards))
+                out = torch.empty_like(parts[0])
+                dist.reduce_scatter(out, parts, group=buf.group)
+                parts[dist.get_rank(buf.group)].copy_(out)
+            else:
+                for start in range(0, buf.padded, self.bucket_elems):
+                    dist.all_reduce(buf.grads[start:start + self.bucket_elems], group=buf.group)
+
+    def _unique_params(self):
+        seen = set()
+        for p in self.model.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield p
+
+    def _grad_norm(self) -> float:
+        """Global L2 norm: each distinct gradient element counted once across all ranks."""
+        st = self.state
+        sq = [torch.zeros((), dtype=torch.float64) for _ in self.buffers]
+        for pc in self.pieces:
+            p = pc.param
+            if getattr(p, "tp_dim", None) is None and st.tp_rank != 0:
+                continue  # replicated over TP: counted by TP rank 0
+            if getattr(self.model, "shares_embedding", False) and not st.is_first_stage and \
+                    pc.name.endswith("head.weight"):
+                continue  # tied copy: counted on the first stage
+            sq[pc.buffer] += pc.grad.double().pow(2).sum()
+        total = torch.zeros((), dtype=torch.float64)
+        for bi, buf in enumerate(self.buffers):
+            if self.distributed:
+                all_reduce_no_grad(sq[bi], buf.group)
+            if self.buffer_is_expert[bi]:  # different experts on different EP ranks
+                all_reduce_no_grad(sq[bi], st.group("ep"))
+            total += sq[bi]
+        all_reduce_no_grad(total, st.group("tp_pp"))
+        return math.sqrt(total.item()) if math.isfinite(total.item()) else float("inf")
+
+    # -------------------------------------------------------------------------------------------- step
+    @torch.no_grad()
+    def step(self, lr: float, loss_scale: float = 1.0, grad_scale: float = 1.0) -> tuple[bool, float]:
+        """Synchronise gradients and update. ``grad_scale`` multiplies the reduced gradients (token-count
+        normalisation); ``loss_scale`` is divided out. Returns (updated, grad_norm before clipping)."""
+        self.reduce_gradients()
+        return self.apply(lr, loss_scale, grad_scale)
+
+    @torch.no_grad()
+    def reduce_gradients(self) -> None:
+        """Steps 1–3: after this, each piece's ``grad`` holds the summed gradient it owns."""
+        self._reduce_sequence_parallel()
+        self._reduce_embedding()
+        self._reduce_data_parallel()
+
+    @torch.no_grad()
+    def apply(self, lr: float, loss_scale: float = 1.0, grad_scale: float = 1.0) -> tuple[bool, float]:
+        """Steps 4–5 on already reduced gradients."""
+        factor = grad_scale / loss_scale
+        if factor != 1.0:
+            for pc in self.pieces:
+                pc.grad.mul_(factor)
+        norm = self._grad_norm()
+        if not math.isfinite(norm):
+            self.found_inf_steps += 1
+            return False, norm
+        if self.cfg.clip_grad and self.cfg.clip_grad > 0 and norm > self.cfg.clip_grad:
+            coef = self.cfg.clip_grad / (norm + 1e-6)
+            for pc in self.pieces:
+                pc.grad.mul_(coef)
+        for pc in self.pieces:
+            pc.master_param.grad = pc.grad
+        self.set_lr(lr)
+        self.optimizer.step()
+        for pc in self.pieces:
+            pc.master_param.grad = None
+            if not pc.alias:
+                pc.param.data.view(-1)[pc.lo:pc.hi].copy_(pc.master)
+        if self.distributed:
+            for buf in self.buffers:
+                if buf.group is not None:
+                    parts = list(buf.params.chunk(buf.shards))
+                    mine = parts[dist.get_rank(buf.group)].clone()
+                    dist.all_gather(parts, mine, group=buf.group)
+        return True, norm
+
+    # ------------------------------------------------------------------------------------- state I/O
+    def state_dict(self) -> dict:
+        """Per-piece optimizer state keyed by (parameter name, lo, hi) so it can be resharded."""
+        out = {}
+        for pc in self.pieces:
+            st = self.optimizer.state.get(pc.master_param, {})
+            out[f"{pc.name}:{pc.lo}:{pc.hi}"] = {"master": pc.master.clone(),
+                                                 **{k: (v.clone() if torch.is_tensor(v) else v)
+                                                    for k, v in st.items()}}
+        return {"pieces": out, "found_inf_steps": self.found_inf_steps}
+
+    def load_state_dict(self, sd: dict) -> None:
+        for pc in self.pieces:
+            key = f"{pc.name}:{pc.lo}:{pc.hi}"
+            if key not in sd["pieces"]:
+                raise KeyError(f"optimizer state has no entry for {key}")
+            entry = dict(sd["pieces"][key])
+            pc.master.copy_(entry.pop("master"))
+            if not pc.alias:
+                pc.param.data.view(-1)[pc.lo:pc.hi].copy_(pc.master)
+            if entry:
+                self.optimizer.state[pc.master_param] = {k: (v.clone() if torch.is_tensor(v) else v)
+                                                         for k, v in entry.items()}
+        self.found_inf_steps = sd.get("found_inf_steps", 0)

@@ -1,0 +1,243 @@
+"""Tensor-parallel layers, the vocab-parallel loss, and the function that applies them to a plain model.
+
+``parallelize_tensor(model, state)`` walks a model built from :mod:`mwb.core.models.transformer` and:
+  * swaps q/k/v, up/gate projections for column-parallel linears and o/down projections for row-parallel
+    ones (attention heads and MLP columns split over TP; the row-parallel output is all-reduced, or
+    reduce-scattered along the sequence with SP);
+  * hooks the input of each attention/MLP/head to "enter the TP region" once (identity forward with an
+    all-reduce backward; with SP an all-gather of the sequence with a reduce-scatter backward);
+  * swaps the word embedding for a vocab-parallel one, the output head for a vocab-sharded one and the
+    loss for the vocab-parallel cross-entropy (full logits are never gathered);
+  * marks parameters whose gradients are partial under SP (norms, row-parallel biases) so the optimizer
+    all-reduces them over TP, and replaces dropout on sharded activations with the model-parallel stream.
+Each parameter records how it is sharded (``param.tp_dim``: None, 0 or 1; ``param.full_shape``), which the
+initialiser, the gradient-norm and the checkpoint code read.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from .collectives import (copy_to_tp, gather_from_sequence, group_rank, group_size, reduce_from_tp,
+                          reduce_scatter_to_sequence, scatter_to_sequence)
+from .random import ShardedDropout
+
+
+def _mark(param: nn.Parameter, tp_dim: Optional[int], full_shape, sequence_parallel: bool = False,
+          group=None) -> None:
+    param.tp_dim = tp_dim
+    param.tp_rank = group_rank(group)
+    param.full_shape = tuple(full_shape)
+    param.sequence_parallel = sequence_parallel
+
+
+class ColumnParallelLinear(nn.Module):
+    """``y = x·Wᵀ`` with W split by rows (output features); input already inside the TP region."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, group, device=None, dtype=None):
+        super().__init__()
+        tp = group_size(group)
+        if out_features % tp:
+            raise ValueError(f"output size {out_features} is not divisible by tp {tp}")
+        self.group, self.in_features, self.out_features = group, in_features, out_features // tp
+        self.weight = nn.Parameter(torch.empty(self.out_features, in_features, device=device, dtype=dtype))
+        _mark(self.weight, 0, (out_features, in_features), group=group)
+        self.bias = None
+        if bias:
+            self.bias = nn.Parameter(torch.empty(self.out_features, device=device, dtype=dtype))
+            _mark(self.bias, 0, (out_features,), group=group)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """``y = Σ_ranks x_r·W_rᵀ + b`` with W split by columns; the sum leaves the TP region."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, group, sequence_parallel: bool,
+                 device=None, dtype=None):
+        super().__init__()
+        tp = group_size(group)
+        if in_features % tp:
+            raise ValueError(f"input size {in_features} is not divisible by tp {tp}")
+        self.group, self.sp = group, sequence_parallel
+        self.in_features, self.out_features = in_features // tp, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, self.in_features, device=device, dtype=dtype))
+        _mark(self.weight, 1, (out_features, in_features), group=group)
+        self.bias = None
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype))
+            _mark(self.bias, None, (out_features,), sequence_parallel=sequence_parallel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)
+        y = reduce_scatter_to_sequence(y, self.group) if self.sp else reduce_from_tp(y, self.group)
+        return y + self.bias if self.bias is not None else y
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Embedding table split by vocabulary rows; each rank looks up the ids it owns, then all-reduce."""
+
+    def __init__(self, num_embeddings: int, dim: int, group, device=None, dtype=None):
+        super().__init__()
+        tp = group_size(group)
+        if num_embeddings % tp:
+            raise ValueError(f"vocab size {num_embeddings} is not divisible by tp {tp}")
+        self.group = group
+        self.per_rank = num_embeddings // tp
+        self.start = group_rank(group) * self.per_rank
+        self.weight = nn.Parameter(torch.empty(self.per_rank, dim, device=device, dtype=dtype))
+        _mark(self.weight, 0, (num_embeddings, dim), group=group)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        local = ids - self.start
+        outside = (local < 0) | (local >= self.per_rank)
+        out = F.embedding(local.masked_fill(outside, 0), self.weight)
+        out = out.masked_fill(outside[..., None], 0.0)
+        return reduce_from_tp(out, self.group)
+
+
+class _VocabParallelCE(torch.autograd.Function):
+    """Cross-entropy over logits split by vocabulary: max, Σexp and the target logit are all-reduced."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, start, vocab_size, group):
+        logits = logits.float()
+        local_v = logits.size(-1)
+        cols = torch.arange(start, start + local_v, device=logits.device)
+        logits = logits.masked_fill(cols >= vocab_size, float("-inf"))  # padded vocabulary never counts
+        lmax = logits.max(dim=-1).values
+        dist.all_reduce(lmax, op=dist.ReduceOp.MAX, group=group)
+        shifted = logits - lmax[..., None]
+        local = labels - start
+        mine = (local >= 0) & (local < local_v)
+        idx = local.clamp(0, local_v - 1)
+        target = shifted.gather(-1, idx[..., None]).squeeze(-1).masked_fill(~mine, 0.0)
+        dist.all_reduce(target, group=group)
+        exp = shifted.exp()
+        sum_exp = exp.sum(dim=-1)
+        dist.all_reduce(sum_exp, group=group)
+        loss = sum_exp.log() - target
+        ctx.save_for_backward(exp.div_(sum_exp[..., None]), idx, mine)
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        softmax, idx, mine = ctx.saved_tensors
+        grad = softmax
+        grad.scatter_add_(-1, idx[..., None], -mine[..., None].to(grad.dtype))
+        return grad * g[..., None], None, None, None, None
+
+
+class VocabParallelCrossEntropy(nn.Module):
+    """Drop-in for :class:`~mwb.core.models.transformer.CrossEntropy` on vocab-sharded logits."""
+
+    def __init__(self, vocab_size: int, group) -> None:
+        super().__init__()
+        self.vocab_size, self.group = vocab_size, group
+
+    def token_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        start = group_rank(self.group) * logits.size(-1)
+        return _VocabParallelCE.apply(logits, labels.clamp(min=0), start, self.vocab_size, self.group)
+
+    def forward(self, logits, labels, loss_mask=None):
+        losses = self.token_losses(logits, labels)
+        mask = labels >= 0
+        if loss_mask is not None:
+            mask = mask & loss_mask.bool()
+        mask = mask.to(losses.dtype)
+        return (losses * mask).sum(), mask.sum()
+
+
+# ------------------------------------------------------------------------------------------ the plan
+
+
+def _enter_region_hook(group, sp: bool):
+    """Forward pre-hook: the module's input (and cross-attention ``kv_input``) enters the TP region."""
+    def enter(x):
+        return gather_from_sequence(x, group) if sp else copy_to_tp(x, group)
+
+    def hook(module, args, kwargs):
+        args = (enter(args[0]),) + tuple(args[1:]) if args else args
+        if kwargs.get("kv_input") is not None:
+            kwargs = dict(kwargs, kv_input=enter(kwargs["kv_input"]))
+        return args, kwargs
+    return hook
+
+
+def _scatter_output_hook(group):
+    def hook(module, args, output):
+        return scatter_to_sequence(output, group)
+    return hook
+
+
+def _column(linear: nn.Linear, group) -> ColumnParallelLinear:
+    return ColumnParallelLinear(linear.in_features, linear.out_features, linear.bias is not None, group,
+                                device=linear.weight.device, dtype=linear.weight.dtype)
+
+
+def _row(linear: nn.Linear, group, sp: bool) -> RowParallelLinear:
+    return RowParallelLinear(linear.in_features, linear.out_features, linear.bias is not None, group, sp,
+                             device=linear.weight.device, dtype=linear.weight.dtype)
+
+
+def mark_replicated(model: nn.Module) -> None:
+    """Give every parameter not yet marked the metadata of a replicated (unsharded) tensor."""
+    for p in model.parameters():
+        if not hasattr(p, "tp_dim"):
+            _mark(p, None, p.shape)
+
+
+def parallelize_tensor(model: nn.Module, state) -> nn.Module:
+    """Apply tensor (and sequence) parallelism in place; a no-op apart from metadata when tp == 1."""
+    from ..models.transformer import MLP, Attention, CrossEntropy, Embedding, TransformerBlock
+
+    group, sp = state.tp_group, state.sp
+    if group_size(group) == 1:
+        mark_replicated(model)
+        return model
+    hook = _enter_region_hook(group, sp)
+    for name, module in list(model.named_modules()):
+        if isinstance(module, Attention):
+            for proj in ("q_proj", "k_proj", "v_proj"):
+                setattr(module, proj, _column(getattr(module, proj), group))
+            module.o_proj = _row(module.o_proj, group, sp)
+            module.register_forward_pre_hook(hook, with_kwargs=True)
+        elif isinstance(module, MLP):
+            module.up_proj = _column(module.up_proj, group)
+            if module.swiglu:
+                module.gate_proj = _column(module.gate_proj, group)
+            module.down_proj = _row(module.down_proj, group, sp)
+            module.register_forward_pre_hook(hook, with_kwargs=True)
+        elif isinstance(module, Embedding):
+            old = module.word
+            module.word = VocabParallelEmbedding(old.num_embeddings, old.embedding_dim, group,
+                                                 device=old.weight.device, dtype=old.weight.dtype)
+            if sp:
+                module.register_forward_hook(_scatter_output_hook(group))
+        elif isinstance(module, TransformerBlock) and sp:
+            for drop in ("drop1", "drop2", "drop_cross"):
+                if hasattr(module, drop):
+                    setattr(module, drop, ShardedDropout(getattr(module, drop).p))
+    # Output head, loss and the remaining sequence-parallel pieces.
+    for name, module in list(model.named_modules()):
+        head = getattr(module, "head", None)
+        if isinstance(head, nn.Linear) and isinstance(getattr(module, "loss_fn", None), CrossEntropy):
+            module.head = _column(head, group)
+            module.head.register_forward_pre_hook(hook, with_kwargs=True)
+            module.loss_fn = VocabParallelCrossEntropy(module.loss_fn.vocab_size, group)
+        if sp and isinstance(getattr(module, "embed_dropout", None), nn.Dropout):
+            module.embed_dropout = ShardedDropout(module.embed_dropout.p)
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    mark_replicated(model)
+    if sp:  # norms see only this rank's slice of the sequence: their gradients are partial sums
+        for module in model.modules():
+            if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+                for p in module.parameters(recurse=False):
+                    p.sequence_parallel = True
+    return model

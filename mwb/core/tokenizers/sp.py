@@ -1,0 +1,43 @@
+"""SentencePiece ``.model`` files behind the common :class:`~mwb.core.tokenizers.base.Tokenizer` interface.
+
+SentencePiece maps any unknown piece to ``<unk>``'s id, so :meth:`token_to_id` checks the round trip to
+tell "this token is in the vocabulary" from "this is the unknown id"; otherwise every missing special
+token would look present.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+from .base import Tokenizer
+
+
+class SentencePieceTokenizer(Tokenizer):
+    kind = "sentencepiece"
+
+    def __init__(self, path: str):
+        import sentencepiece as spm
+
+        self._sp = spm.SentencePieceProcessor(model_file=str(path))
+        super().__init__(path)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._sp.get_piece_size())
+
+    def _encode(self, text: str) -> list[int]:
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._sp.encode(list(texts))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._sp.decode([int(i) for i in ids])
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        i = self._sp.piece_to_id(token)
+        if i < 0 or i >= self.vocab_size or self._sp.id_to_piece(i) != token:
+            return None
+        return int(i)
+
+    def id_to_token(self, i: int) -> Optional[str]:
+        return self._sp.id_to_piece(int(i)) if 0 <= int(i) < self.vocab_size else None

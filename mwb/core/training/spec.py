@@ -1,0 +1,62 @@
+"""What the trainer needs to know about a model family: how to build a stage and run a batch through it.
+
+The trainer is one loop for GPT, BERT and T5; each family supplies a :class:`ModelSpec`. ``forward``
+returns the stage's output: hidden states for a stage that is not last, ``(loss_sum, token_count)`` for the
+last stage with labels. Losses are token sums so that the trainer can normalise by the token count of the
+whole global batch, which keeps every layout's loss and gradients identical to one process.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..config import RunConfig
+from ..models.build import build_model
+from ..parallel.stages import StageSpec
+
+
+class ModelSpec:
+    arch = "gpt"
+
+    def __init__(self, cfg: RunConfig, vocab_size: int) -> None:
+        self.cfg, self.vocab_size = cfg, vocab_size
+
+    def build_chunk(self, state, stage: StageSpec, device, dtype: Optional[torch.dtype]) -> nn.Module:
+        return build_model(self.cfg.model, state, self.vocab_size, self.cfg.train.seed, device, dtype,
+                           stage.layer_ids, stage.pre_process, stage.post_process)
+
+    def forward(self, model: nn.Module, batch: dict, hidden: Optional[torch.Tensor] = None):
+        raise NotImplementedError
+
+    def tokens_in(self, batch: dict) -> int:
+        """Tokens processed by one micro-batch (throughput accounting)."""
+        raise NotImplementedError
+
+    def nominal_count(self, micro_batch: int, seq_length: int) -> float:
+        """A fixed stand-in for the loss-token count of one micro-batch, used to keep the backward pass
+        well scaled (fp16); the exact global count replaces it after the data-parallel reduction."""
+        return float(micro_batch * seq_length)
+
+    def hidden_shape(self, micro_batch: int, seq_length: int, state) -> tuple[int, ...]:
+        """Shape of the activation sent between pipeline stages."""
+        seq = seq_length // (state.tp_size if state.sp else 1)
+        return (micro_batch, seq, self.cfg.model.hidden_size)
+
+
+class GPTSpec(ModelSpec):
+    arch = "gpt"
+
+    def forward(self, model, batch, hidden=None):
+        tokens = batch["tokens"]
+        inputs, labels = tokens[:, :-1], tokens[:, 1:]
+        loss_mask = batch.get("loss_mask")
+        if loss_mask is not None and loss_mask.size(1) == tokens.size(1):
+            loss_mask = loss_mask[:, 1:]
+        return model(tokens=inputs if model.pre_process else None, hidden=hidden,
+                     labels=labels if model.post_process else None, loss_mask=loss_mask)
+
+    def tokens_in(self, batch):
+        t = batch["tokens"]
+        return t.size(0) * (t.size(1) - 1)

@@ -1,0 +1,187 @@
+"""One training loop for every model family and parallel layout.
+
+Per optimizer step: fetch this data-parallel rank's micro-batches, run the schedule (gradient accumulation
+or a pipeline schedule), then let the optimizer synchronise gradients, clip and update. The reported loss
+is Σ token losses / Σ tokens over the whole global batch, computed once here and logged by rank 0.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from ..config import RunConfig
+from ..optim.optimizer import DistributedOptimizer
+from ..optim.scaler import LossScaler
+from ..optim.schedules import lr_at
+from ..parallel.dims import LayoutError, ParallelDims
+from ..parallel.random import seed_everything
+from ..parallel.stages import rank_stages
+from ..parallel.state import build_state
+from .batches import get_microbatches
+from .schedules import get_schedule
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class StepResult:
+    step: int  # 1-based number of the optimizer step just taken
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens: int
+    seconds: float
+    loss_scale: float
+    skipped: bool
+    extra: dict = field(default_factory=dict)
+
+
+def parallel_dims(cfg: RunConfig, world_size: int) -> ParallelDims:
+    p, m = cfg.parallel, cfg.model
+    dims = ParallelDims(world_size=world_size, tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, sp=p.sp,
+                        order=p.order)
+    dims.check_model(m.num_attention_heads, m.num_query_groups, m.num_layers, m.num_experts,
+                     cfg.train.seq_length, m.ffn_hidden_size, p.pipeline_layers)
+    if p.cp > 1:
+        raise LayoutError("context parallelism (--cp > 1) is not implemented yet; use --cp 1")
+    t = cfg.train
+    if t.global_batch_size % (t.micro_batch_size * dims.dp):
+        raise LayoutError(f"global batch size {t.global_batch_size} is not divisible by micro-batch size × "
+                          f"data-parallel size = {t.micro_batch_size} × {dims.dp}")
+    if m.vocab_size is not None and m.vocab_size < 2:
+        raise ValueError("model.vocab_size must be at least 2")
+    return dims
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, spec, train_data, valid_data=None, world_size: int = 1,
+                 device="cpu", logger=None) -> None:
+        self.cfg, self.spec, self.train_data, self.valid_data = cfg, spec, train_data, valid_data
+        self.device = torch.device(device)
+        self.dims = parallel_dims(cfg, world_size)
+        timeout = None
+        if world_size > 1:
+            import datetime
+            timeout = datetime.timedelta(seconds=cfg.parallel.timeout_s)
+        self.state = build_state(self.dims, timeout=timeout)
+        seed_everything(cfg.train.seed, self.state.tp_rank, self.state.pp_rank, self.device.type)
+        dtype = DTYPES[cfg.train.precision]
+        self.stages = rank_stages(cfg.model.num_layers, self.dims.pp, self.dims.vpp, self.state.pp_rank,
+                                  cfg.parallel.pipeline_layers)
+        self.chunks = [spec.build_chunk(self.state, st, self.device, dtype) for st in self.stages]
+        self.model = self.chunks[0] if len(self.chunks) == 1 else torch.nn.ModuleList(self.chunks)
+        if cfg.parallel.recompute != "none":
+            from ..parallel.recompute import apply_recompute
+            for c in self.chunks:
+                apply_recompute(c, cfg.parallel)
+        self.optimizer = DistributedOptimizer(self.model, cfg.optim, self.state,
+                                              distributed=cfg.parallel.distributed_optimizer,
+                                              bucket_mb=cfg.parallel.dp_bucket_mb)
+        self.scaler = LossScaler(cfg.train.initial_loss_scale, cfg.train.min_loss_scale,
+                                 cfg.train.loss_scale_window, cfg.train.hysteresis,
+                                 dynamic=cfg.train.precision == "fp16")
+        self.schedule = get_schedule(self.state)
+        self.step = 0  # optimizer steps completed
+        self.logger = logger
+        self.stop_requested = False
+
+    # --------------------------------------------------------------------------------------- helpers
+    @property
+    def is_logging_rank(self) -> bool:
+        return self.state.rank == 0
+
+    def _microbatches(self, dataset, step: int) -> list[dict]:
+        t = self.cfg.train
+        return get_microbatches(dataset, step, t.global_batch_size, t.micro_batch_size, self.dims.dp,
+                                self.state.dp_rank, self.device)
+
+    def _global_loss(self, loss_sum: torch.Tensor, count: torch.Tensor) -> tuple[float, float]:
+        """Σ loss and Σ tokens over the global batch: only last-stage, TP-rank-0 ranks contribute."""
+        st = self.state
+        contributes = st.is_last_stage and st.tp_rank == 0
+        buf = torch.stack([loss_sum, count]).double() if contributes else torch.zeros(2, dtype=torch.float64)
+        if self.dims.world_size > 1:
+            dist.all_reduce(buf)
+        return float(buf[0]), float(buf[1])
+
+    def _set_train(self, mode: bool) -> None:
+        for c in self.chunks:
+            c.train(mode)
+
+    # ------------------------------------------------------------------------------------------ step
+    def train_step(self) -> StepResult:
+        cfg, t0 = self.cfg, time.perf_counter()
+        self._set_train(True)
+        mbs = self._microbatches(self.train_data, self.step)
+        nominal = self.spec.nominal_count(cfg.train.micro_batch_size, cfg.train.seq_length) * \
+            len(mbs) * self.dims.dp
+        self.optimizer.zero_grad()
+        scale = self.scaler.scale
+        loss_sum, count = self.schedule(self.chunks, mbs, self.spec, self.state, scale / nominal,
+                                        seq_length=cfg.train.seq_length,
+                                        micro_batch_size=cfg.train.micro_batch_size)
+        total, tokens = self._global_loss(loss_sum, count)
+        lr = lr_at(self.step, cfg.optim, cfg.train.steps)
+        grad_scale = nominal / max(tokens, 1.0)
+        updated, norm = self.optimizer.step(lr, loss_scale=scale, grad_scale=grad_scale)
+        self.scaler.update(not updated)
+        self.step += 1
+        ntok = sum(self.spec.tokens_in(b) for b in mbs) * self.dims.dp
+        return StepResult(self.step, total / max(tokens, 1.0), lr, norm, ntok, time.perf_counter() - t0,
+                          scale, not updated)
+
+    @torch.no_grad()
+    def evaluate(self, steps: Optional[int] = None) -> float:
+        """Mean token loss over ``steps`` global batches of the validation set."""
+        if self.valid_data is None:
+            return float("nan")
+        self._set_train(False)
+        total = tokens = 0.0
+        for k in range(steps or self.cfg.train.eval_steps):
+            mbs = self._microbatches(self.valid_data, k)
+            ls, n = self.schedule(self.chunks, mbs, self.spec, self.state, 1.0, forward_only=True,
+                                  seq_length=self.cfg.train.seq_length,
+                                  micro_batch_size=self.cfg.train.micro_batch_size)
+            a, b = self._global_loss(ls, n)
+            total, tokens = total + a, tokens + b
+        self._set_train(True)
+        return total / max(tokens, 1.0)
+
+    # ------------------------------------------------------------------------------------------- run
+    def install_signal_handlers(self) -> None:
+        def handler(signum, frame):
+            self.stop_requested = True
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                signal.signal(sig, handler)
+            except ValueError:  # not in the main thread
+                pass
+
+    def stop_agreed(self) -> bool:
+        """All ranks stop at the same step if any rank was asked to."""
+        flag = torch.tensor([1.0 if self.stop_requested else 0.0])
+        if self.dims.world_size > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def run(self, callback=None) -> list[StepResult]:
+        """Train until ``train.steps``; ``callback(trainer, result)`` after every step (logging,
+        evaluation, checkpoints). Stops early, after a checkpoint by the callback, on SIGTERM/SIGINT."""
+        history = []
+        while self.step < self.cfg.train.steps:
+            res = self.train_step()
+            if not math.isfinite(res.loss):
+                res.extra["nonfinite_loss"] = True
+            history.append(res)
+            stop = self.stop_agreed()
+            if callback is not None:
+                callback(self, res, stop)
+            if stop:
+                break
+        return history

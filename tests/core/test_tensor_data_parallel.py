@@ -1,0 +1,56 @@
+"""Tensor, sequence and data parallelism compute the same losses and gradients as one process."""
+import pytest
+import torch
+
+from tests.helpers.distributed import run_ranks
+from tests.helpers.workers import train_and_report
+
+BASE = {
+    "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "dropout": 0.0,
+              "max_position_embeddings": 64},
+    "train": {"steps": 5, "micro_batch_size": 2, "global_batch_size": 8, "seq_length": 32, "seed": 3},
+    "optim": {"lr": 1e-3, "warmup_steps": 1},
+}
+
+
+def with_(**sections):
+    tree = {k: dict(v) for k, v in BASE.items()}
+    for sec, vals in sections.items():
+        tree.setdefault(sec, {}).update(vals)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return train_and_report(0, 1, with_())
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+LAYOUTS = {
+    "tp2": (2, {"parallel": {"tp": 2}}),
+    "tp4": (4, {"parallel": {"tp": 4}}),
+    "tp2_sp": (2, {"parallel": {"tp": 2, "sp": True}}),
+    "dp2": (2, {"parallel": {}}),
+    "dp2_distopt": (2, {"parallel": {"distributed_optimizer": True}}),
+    "tp2_dp2_distopt": (4, {"parallel": {"tp": 2, "distributed_optimizer": True}}),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_layout_matches_single_process(reference, name):
+    world, extra = LAYOUTS[name]
+    results = run_ranks(train_and_report, world, with_(**extra))
+    losses = results[0]["losses"]
+    assert len(losses) == 5
+    for step, (a, b) in enumerate(zip(losses, reference["losses"])):
+        assert rel(a, b) < 1e-5, f"{name} step {step + 1}: loss {a} vs single process {b}"
+    grads = {}
+    for r in results:
+        grads.update(r["grads"])
+    assert set(grads) == set(reference["grads"])
+    for k, ref in reference["grads"].items():
+        torch.testing.assert_close(grads[k], ref, rtol=1e-4, atol=1e-6, msg=f"{name}: gradient of {k}")

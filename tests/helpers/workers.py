@@ -1,0 +1,60 @@
+"""Per-rank functions for the equivalence tests (importable by spawned ranks)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from mwb.core.config import RunConfig, update
+from mwb.core.parallel.collectives import group_size
+from mwb.core.training.batches import SyntheticTokens
+from mwb.core.training.spec import GPTSpec
+from mwb.core.training.trainer import Trainer
+
+VOCAB = 200
+
+
+def make_trainer(tree: dict, world: int) -> Trainer:
+    cfg = update(RunConfig(), tree)
+    data = SyntheticTokens(VOCAB, cfg.train.seq_length, seed=7)
+    return Trainer(cfg, GPTSpec(cfg, VOCAB), data, world_size=world)
+
+
+def full_grads(trainer: Trainer, loss_scale: float, grad_scale: float) -> dict:
+    """Every parameter's reduced gradient, gathered to its full (unsharded) shape, keyed by name."""
+    opt, st = trainer.optimizer, trainer.state
+    for buf in opt.buffers:
+        if opt.distributed and buf.group is not None:  # reassemble the reduce-scattered shards
+            parts = list(buf.grads.chunk(buf.shards))
+            mine = parts[dist.get_rank(buf.group)].clone()
+            dist.all_gather(parts, mine, group=buf.group)
+    out = {}
+    for chunk in trainer.chunks:
+        for name, p in chunk.named_parameters():
+            g = p.main_grad.detach().float() * (grad_scale / loss_scale)
+            dim = getattr(p, "tp_dim", None)
+            if dim is not None and group_size(st.tp_group) > 1:
+                parts = [torch.empty_like(g) for _ in range(st.tp_size)]
+                dist.all_gather(parts, g.contiguous(), group=st.tp_group)
+                g = torch.cat(parts, dim=dim)
+            if name.endswith(("word.weight", "head.weight")):
+                g = g[:VOCAB]
+            out[name] = g.clone()
+    return out
+
+
+def train_and_report(rank: int, world: int, tree: dict, grad_step: bool = True) -> dict:
+    """Losses of every step; gathered gradients of step 1 (taken before clipping and the update)."""
+    trainer = make_trainer(tree, world)
+    grads = None
+    if grad_step:
+        orig_apply = trainer.optimizer.apply
+
+        def apply(lr, loss_scale=1.0, grad_scale=1.0):
+            nonlocal grads
+            if grads is None:
+                grads = full_grads(trainer, loss_scale, grad_scale)
+            return orig_apply(lr, loss_scale, grad_scale)
+        trainer.optimizer.apply = apply
+    history = trainer.run()
+    return {"losses": [h.loss for h in history], "grads": grads, "norms": [h.grad_norm for h in history],
+            "skipped": [h.skipped for h in history]}
