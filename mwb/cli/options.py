@@ -1,0 +1,99 @@
+"""Flags shared by every training command (INTERFACE.md) and how they become a :class:`RunConfig`.
+
+Precedence, lowest first: built-in preset → the run's saved ``config.yaml`` (with ``--resume``) →
+``--config FILE.yaml`` → explicit flags → ``--set KEY=VALUE``. Flags default to None so that only what the
+user typed overrides the layers below.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Optional
+
+import click
+
+from mwb.core.config import RunConfig, apply_sets, load_yaml, update
+from mwb.core.presets import apply_preset
+
+FLAG_TO_KEY = {
+    "tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "ep": "parallel.ep", "cp": "parallel.cp",
+    "sp": "parallel.sp", "distributed_optimizer": "parallel.distributed_optimizer",
+    "recompute": "parallel.recompute", "precision": "train.precision", "steps": "train.steps",
+    "micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size",
+    "seq_length": "train.seq_length", "seed": "train.seed", "save_interval": "train.save_interval",
+    "keep_last": "train.keep_last", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
+    "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr",
+}
+
+
+def training_options(fn):
+    """Decorate a click command with the shared training flags."""
+    opts = [
+        click.option("--preset", default=None, help="Named model preset (see `mwb plan --help`)."),
+        click.option("--config", "config_file", type=click.Path(), default=None,
+                     help="A YAML config file (sections model/parallel/optim/train/data/logging)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override any config field by its dotted name, e.g. --set model.num_layers=2."),
+        click.option("--nproc", type=int, default=None,
+                     help="Spawn N local ranks through torch.distributed's elastic launcher (ignored under torchrun)."),
+        click.option("--tp", type=int, default=None, help="Tensor-parallel size."),
+        click.option("--pp", type=int, default=None, help="Pipeline-parallel size."),
+        click.option("--vpp", type=int, default=None, help="Virtual pipeline stages per rank (interleaved 1F1B)."),
+        click.option("--ep", type=int, default=None, help="Expert-parallel size."),
+        click.option("--cp", type=int, default=None, help="Context-parallel size."),
+        click.option("--sp/--no-sp", default=None, help="Sequence parallelism (needs --tp > 1)."),
+        click.option("--distributed-optimizer", is_flag=True, default=None,
+                     help="Shard fp32 master weights and optimizer state over data-parallel ranks."),
+        click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
+                     help="Parameter/activation precision (fp16 uses dynamic loss scaling)."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
+                     help="Activation recomputation."),
+        click.option("--steps", type=int, default=None, help="Optimizer steps."),
+        click.option("--micro-batch-size", type=int, default=None),
+        click.option("--global-batch-size", type=int, default=None),
+        click.option("--seq-length", type=int, default=None),
+        click.option("--lr", type=float, default=None, help="Peak learning rate."),
+        click.option("--seed", type=int, default=None, help="Same seed, data and layout ⇒ bit-identical run on CPU."),
+        click.option("--eval-interval", type=int, default=None, help="Validate every N steps."),
+        click.option("--eval-steps", type=int, default=None, help="Validation batches per evaluation."),
+        click.option("--save-interval", type=int, default=None,
+                     help="Checkpoint every N steps (always at the end and on SIGTERM/SIGINT)."),
+        click.option("--keep-last", type=int, default=None, help="Keep only the newest N checkpoints."),
+        click.option("--resume", is_flag=True, default=False,
+                     help="Continue from OUT's latest checkpoint (any parallel layout)."),
+        click.option("--out", type=click.Path(), default=None,
+                     help="Run directory (default runs/<command>-<timestamp>)."),
+        click.option("--tokenizer", type=click.Path(), default=None, help="Tokenizer path (kind inferred)."),
+        click.option("--split", default=None, help="train,valid,test weights over documents, e.g. 949,50,1."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def default_out(command: str) -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{command}-{stamp}")
+
+
+def build_config(default_preset: Optional[str], kw: dict, data: Optional[list] = None,
+                 base: Optional[RunConfig] = None) -> RunConfig:
+    """Compose the run's config from a preset, a saved or given YAML, flags and ``--set``."""
+    cfg = base or RunConfig()
+    preset = kw.get("preset") or (None if base is not None else default_preset)
+    if preset:
+        cfg = apply_preset(cfg, preset)
+    if kw.get("config_file"):
+        cfg = load_yaml(cfg, kw["config_file"])
+    tree: dict = {}
+    for flag, key in FLAG_TO_KEY.items():
+        value = kw.get(flag)
+        if value is not None:
+            sec, field = key.split(".")
+            tree.setdefault(sec, {})[field] = value
+    if data:
+        tree.setdefault("data", {})["data"] = list(data)
+    if kw.get("out"):
+        tree.setdefault("train", {})["out"] = kw["out"]
+    cfg = update(cfg, tree)
+    return apply_sets(cfg, kw.get("sets") or ())

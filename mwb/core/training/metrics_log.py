@@ -1,0 +1,152 @@
+"""Where the numbers a user sees go: ``metrics.jsonl``, TensorBoard, a progress bar and ``loss.png``.
+
+Only rank 0 logs; every number comes from the :class:`~mwb.core.training.trainer.StepResult` computed once
+by the trainer. Model FLOPs per token use the standard 6·N + attention estimate (Kaplan/Megatron:
+forward + backward = 3× forward, forward = 2·N + 2·L·s·h per token), and MFU divides achieved FLOP/s by the
+configured peak.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Optional
+
+
+def flops_per_token(n_params_nonembed: int, num_layers: int, seq_length: int, hidden: int) -> float:
+    """Training FLOPs per token (no recompute): 6·N + 6·L·s·h (attention scores and values)."""
+    return 6.0 * n_params_nonembed + 6.0 * num_layers * seq_length * hidden
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: str, total_steps: int, enabled: bool, tensorboard: bool = True,
+                 progress: bool = True, flops_per_tok: Optional[float] = None, peak_tflops: Optional[float] = None,
+                 world_size: int = 1, start_step: int = 0) -> None:
+        self.enabled, self.out_dir = enabled, out_dir
+        self.flops_per_tok, self.peak = flops_per_tok, peak_tflops
+        self.world_size = world_size
+        self.train_points: list[tuple[int, float]] = []
+        self.valid_points: list[tuple[int, float]] = []
+        self.tb = None
+        self.bar = None
+        if not enabled:
+            return
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, "metrics.jsonl")
+        if start_step > 0 and os.path.exists(path):  # resume: keep only steps before the resumed one
+            self._truncate(path, start_step)
+        self.file = open(path, "a")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self.tb = SummaryWriter(os.path.join(out_dir, "tensorboard"))
+            except Exception as e:  # tensorboard missing or broken: keep training, say so once
+                print(f"mwb: TensorBoard logging disabled ({e})", file=sys.stderr)
+        if progress:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
+                            dynamic_ncols=True, file=sys.stderr, disable=None)
+
+    def _truncate(self, path: str, start_step: int) -> None:
+        keep = []
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if rec.get("step", 0) <= start_step:
+                    keep.append(line if line.endswith("\n") else line + "\n")
+                    if "split" not in rec:
+                        self.train_points.append((rec["step"], rec["loss"]))
+                    else:
+                        self.valid_points.append((rec["step"], rec["loss"]))
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(keep)
+        os.replace(tmp, path)
+
+    def log_step(self, res, extra: Optional[dict] = None) -> dict:
+        rec = {"step": res.step, "loss": res.loss, "lr": res.lr, "grad_norm": res.grad_norm,
+               "tokens_per_s": res.tokens / res.seconds if res.seconds > 0 else 0.0}
+        if self.flops_per_tok:
+            tflops = rec["tokens_per_s"] * self.flops_per_tok / 1e12 / self.world_size
+            rec["tflops_per_rank"] = tflops
+            if self.peak:
+                rec["mfu"] = tflops / self.peak
+        if res.loss_scale != 1.0 or res.skipped:
+            rec["loss_scale"] = res.loss_scale
+            rec["skipped"] = res.skipped
+        rec.update(res.extra)
+        if extra:
+            rec.update(extra)
+        if not self.enabled:
+            return rec
+        self.file.write(json.dumps(_finite(rec)) + "\n")
+        self.file.flush()
+        self.train_points.append((res.step, res.loss))
+        if self.tb is not None:
+            for k in ("loss", "lr", "grad_norm", "tokens_per_s", "loss_scale", "mfu", "moe_aux_loss"):
+                if k in rec and isinstance(rec[k], (int, float)):
+                    self.tb.add_scalar(f"train/{k}", rec[k], res.step)
+        if self.bar is not None:
+            post = {"loss": f"{res.loss:.4f}", "lr": f"{res.lr:.2e}", "gnorm": f"{res.grad_norm:.3f}",
+                    "tok/s": f"{rec['tokens_per_s']:.0f}"}
+            if "mfu" in rec:
+                post["mfu"] = f"{rec['mfu']:.1%}"
+            if "loss_scale" in rec:
+                post["scale"] = f"{res.loss_scale:g}"
+            self.bar.set_postfix(post, refresh=False)
+            self.bar.update(1)
+        return rec
+
+    def log_valid(self, step: int, loss: float) -> None:
+        if not self.enabled:
+            return
+        rec = {"step": step, "split": "valid", "loss": loss,
+               "ppl": math.exp(min(loss, 50.0)) if math.isfinite(loss) else float("nan")}
+        self.file.write(json.dumps(_finite(rec)) + "\n")
+        self.file.flush()
+        self.valid_points.append((step, loss))
+        if self.tb is not None:
+            self.tb.add_scalar("valid/loss", loss, step)
+            self.tb.add_scalar("valid/ppl", rec["ppl"], step)
+        if self.bar is not None:
+            self.bar.write(f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}")
+
+    def close(self) -> Optional[str]:
+        """Flush everything and draw the loss curves; returns the plot's path."""
+        if not self.enabled:
+            return None
+        if self.bar is not None:
+            self.bar.close()
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+        return self.plot()
+
+    def plot(self) -> Optional[str]:
+        if not self.train_points:
+            return None
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.plot(*zip(*self.train_points), label="train", lw=1)
+        if self.valid_points:
+            ax.plot(*zip(*self.valid_points), "o-", label="valid", lw=1.5)
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        path = os.path.join(self.out_dir, "loss.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+def _finite(rec: dict) -> dict:
+    """JSON has no NaN/Infinity: write them as strings so every line stays valid JSON."""
+    return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()}

@@ -1,0 +1,171 @@
+"""``mwb pretrain``: resolve data and tokenizer, start the ranks, train, log, checkpoint, report.
+
+Data preparation (tokenizing the bundled corpus on first use) happens once in the launching process, before
+any rank starts, so ranks only read finished, cached files. Each rank then runs :func:`rank_main`, which is
+also what ``torchrun ... -m mwb pretrain gpt`` reaches through the same CLI.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Optional
+
+from mwb.core.config import ConfigError, RunConfig, dump_yaml, update
+from mwb.core.errors import DataError
+
+SYNTHETIC = "synthetic"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPlan:
+    """What every rank needs to open the same data: prefixes (or synthetic), tokenizer, vocab size."""
+    data: Optional[list]
+    tokenizer: Optional[str]
+    vocab_size: int
+
+
+def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
+    arch, data = cfg.model.arch, cfg.data.data
+    if data and len(data) == 1 and str(data[0]) == SYNTHETIC:
+        return DataPlan([SYNTHETIC], None, cfg.model.vocab_size or 512)
+    if not data:
+        from mwb.core.data.bundled import default_data
+        data, tok_path = default_data(arch)
+        if cfg.data.tokenizer:
+            tok_path = cfg.data.tokenizer
+    else:
+        tok_path = cfg.data.tokenizer
+        if not tok_path:
+            raise ConfigError("--data needs --tokenizer (the tokenizer the data was preprocessed with)")
+    from mwb.core.tokenizers import load_tokenizer
+    tok = load_tokenizer(tok_path)
+    vocab = cfg.model.vocab_size or tok.vocab_size
+    if vocab < tok.vocab_size:
+        raise ConfigError(f"model.vocab_size {vocab} is smaller than the tokenizer's {tok.vocab_size}")
+    return DataPlan([str(d) for d in data], tok_path, vocab)
+
+
+def open_datasets(cfg: RunConfig, plan: DataPlan):
+    t = cfg.train
+    if plan.data == [SYNTHETIC]:
+        from mwb.core.training.batches import SyntheticTokens
+        return (SyntheticTokens(plan.vocab_size, t.seq_length, seed=t.seed),
+                SyntheticTokens(plan.vocab_size, t.seq_length, seed=t.seed + 1))
+    from mwb.core.data import build_datasets
+    from mwb.core.tokenizers import load_tokenizer
+    n_train = t.steps * t.global_batch_size
+    n_valid = max(t.eval_steps, 1) * t.global_batch_size
+    train, valid, _ = build_datasets(cfg.model.arch, plan.data, load_tokenizer(plan.tokenizer), t.seq_length,
+                                     t.seed, cfg.data.split, (n_train, n_valid, 0), cache_dir=cfg.data.cache_dir)
+    if len(train) == 0:
+        raise DataError("the training split is empty: check --data and --split")
+    return train, (valid if valid is not None and len(valid) > 0 else None)
+
+
+def spec_for(arch: str):
+    try:
+        from mwb.pretraining import spec_for as registry
+        return registry(arch)
+    except ImportError:
+        from mwb.core.training.spec import GPTSpec
+        if arch != "gpt":
+            raise
+        return GPTSpec
+
+
+def parameter_counts(trainer) -> dict:
+    """Total and active-per-token parameters of the whole model (all ranks)."""
+    try:
+        from mwb.core.models.moe import count_params
+        return count_params(trainer.cfg.model, trainer.spec.vocab_size)
+    except (ImportError, AttributeError):
+        from mwb.core.plan import ModelShape, count_parameters
+        model = dataclasses.replace(trainer.cfg.model, vocab_size=trainer.spec.vocab_size)
+        c = count_parameters(ModelShape.from_config(model, trainer.cfg.train.seq_length))
+        return {"total": int(c.total), "active": int(c.active)}
+
+
+def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
+    """Everything one rank does; rank 0 alone writes logs and prints."""
+    from mwb.core import checkpoint
+    from mwb.core.training.launch import init_distributed
+    from mwb.core.training.metrics_log import MetricsLogger, flops_per_token
+    from mwb.core.training.trainer import Trainer
+
+    cfg = update(RunConfig(), cfg_tree)
+    rank, world, device = init_distributed(cfg.parallel.timeout_s)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    train, valid = open_datasets(cfg, plan)
+    spec = spec_for(cfg.model.arch)(cfg, plan.vocab_size)
+    trainer = Trainer(cfg, spec, train, valid, world_size=world, device=device)
+    ckpt_root = os.path.join(out, "checkpoints")
+    start = 0
+    if resume:
+        latest = checkpoint.latest_dir(ckpt_root)
+        if latest is None:
+            say(f"mwb: no checkpoint under {ckpt_root}; starting from step 0", file=sys.stderr)
+        else:
+            start = checkpoint.load(trainer, latest)
+            say(f"mwb: resumed from {latest} (step {start})", file=sys.stderr)
+    counts = parameter_counts(trainer)
+    if rank == 0:
+        os.makedirs(out, exist_ok=True)
+        dump_yaml(cfg, os.path.join(out, "config.yaml"),
+                  extra={"derived": {"world_size": world, "dp": trainer.dims.dp, "vocab_size": plan.vocab_size,
+                                     "tokenizer": plan.tokenizer, "parameters": counts}})
+        say(f"mwb: {cfg.model.arch} with {counts['total'] / 1e6:.2f}M parameters "
+            f"({counts['active'] / 1e6:.2f}M active per token) on {world} rank(s): tp {trainer.dims.tp} "
+            f"pp {trainer.dims.pp} dp {trainer.dims.dp} ep {trainer.dims.ep}, {cfg.train.precision}",
+            file=sys.stderr)
+    m = cfg.model
+    nonembed = counts["active"] - plan.vocab_size * m.hidden_size
+    logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
+                           progress=cfg.logging.progress,
+                           flops_per_tok=flops_per_token(nonembed, m.num_layers, cfg.train.seq_length, m.hidden_size),
+                           peak_tflops=cfg.logging.peak_tflops, world_size=world, start_step=start)
+    trainer.install_signal_handlers()
+    t = cfg.train
+    last_saved = [start if resume else -1]
+
+    def after_step(tr, res, stop):
+        logger.log_step(res)
+        if valid is not None and ((t.eval_interval and res.step % t.eval_interval == 0) or res.step == t.steps):
+            logger.log_valid(res.step, tr.evaluate())
+        if stop or res.step == t.steps or (t.save_interval and res.step % t.save_interval == 0):
+            checkpoint.save(tr, ckpt_root, keep_last=t.keep_last)
+            last_saved[0] = res.step
+        if stop:
+            say(f"\nmwb: stopped by signal after step {res.step}; checkpoint saved, continue with --resume",
+                file=sys.stderr)
+
+    t0 = time.time()
+    trainer.run(after_step)
+    plot = logger.close()
+    if rank == 0:
+        say(f"mwb: {trainer.step} steps in {time.time() - t0:.1f} s")
+        say(f"mwb: run directory   {os.path.abspath(out)}")
+        say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
+        if cfg.logging.tensorboard:
+            say(f"mwb: tensorboard     tensorboard --logdir {os.path.join(out, 'tensorboard')}")
+        if plot:
+            say(f"mwb: loss plot       {plot}")
+        if last_saved[0] >= 0:
+            say(f"mwb: checkpoint      {os.path.join(ckpt_root, f'step_{last_saved[0]}')}")
+
+
+def pretrain(cfg: RunConfig, out: str, nproc: Optional[int], resume: bool) -> None:
+    """Prepare data once, then run :func:`rank_main` on this process, under torchrun, or on N spawned ranks."""
+    from mwb.core.training.launch import launch, under_launcher
+    from mwb.core.training.trainer import parallel_dims
+
+    world = int(os.environ["WORLD_SIZE"]) if under_launcher() else (nproc or 1)
+    parallel_dims(cfg, world)  # fail on a bad layout before preparing data or starting ranks
+    is_rank0 = not under_launcher() or int(os.environ.get("RANK", 0)) == 0
+    plan = prepare_data(cfg, log=print if is_rank0 else (lambda *a, **k: None))
+    tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
+    if under_launcher() or world == 1:
+        rank_main(tree, plan, out, resume)
+    else:
+        launch(rank_main, world, tree, plan, out, resume)
