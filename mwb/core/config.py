@@ -32,7 +32,7 @@ class ModelConfig:
     max_position_embeddings: int = 1024
     normalization: str = "layernorm"  # layernorm | rmsnorm
     norm_eps: float = 1e-5
-    activation: str = "gelu"  # gelu | swiglu
+    activation: str = "gelu"  # gelu | gelu_tanh (GPT-2 gelu_new) | swiglu | relu
     position_embedding: str = "learned"  # learned | rope | relative (t5)
     rope_theta: float = 10000.0
     dropout: float = 0.1
@@ -47,6 +47,7 @@ class ModelConfig:
     relative_attention_max_distance: int = 128
     num_tokentypes: int = 2
     bert_binary_head: bool = True
+    bert_post_norm: bool = False  # Hugging Face BERT layout (post-norm, embedding norm); default Megatron pre-norm
     # mixture of experts
     num_experts: int = 0
     moe_top_k: int = 2
@@ -194,6 +195,11 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     if base is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         raise ConfigError(f"config key '{key}' expects a number, got {value!r}")
     if base is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):

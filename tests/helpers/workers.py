@@ -30,12 +30,18 @@ def full_grads(trainer: Trainer, loss_scale: float, grad_scale: float) -> dict:
     out = {}
     for chunk in trainer.chunks:
         for name, p in chunk.named_parameters():
+            if getattr(chunk, "shares_embedding", False) and name.endswith("head.weight"):
+                continue  # the last stage's tied copy: equal to embed.word.weight's after the reduction
             g = p.main_grad.detach().float() * (grad_scale / loss_scale)
             dim = getattr(p, "tp_dim", None)
             if dim is not None and group_size(st.tp_group) > 1:
                 parts = [torch.empty_like(g) for _ in range(st.tp_size)]
                 dist.all_gather(parts, g.contiguous(), group=st.tp_group)
                 g = torch.cat(parts, dim=dim)
+            if getattr(p, "expert", False) and group_size(st.ep_group) > 1:  # experts sharded over EP
+                parts = [torch.empty_like(g) for _ in range(st.ep_size)]
+                dist.all_gather(parts, g.contiguous(), group=st.ep_group)
+                g = torch.cat(parts, dim=0)
             if name.endswith(("word.weight", "head.weight")):
                 g = g[:VOCAB]
             out[name] = g.clone()

@@ -1,0 +1,85 @@
+"""`mwb pretrain gpt` as a user runs it: run directory, layouts via --nproc, errors, SIGTERM + --resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+SMALL = ["--set", "model.num_layers=2", "--set", "model.hidden_size=64", "--set", "model.num_attention_heads=4",
+         "--set", "model.dropout=0", "--seed", "1", "--data", "synthetic", "--seq-length", "32",
+         "--eval-interval", "0", "--eval-steps", "1"]
+
+
+def mwb(*args, check=True, **kw):
+    proc = subprocess.run([sys.executable, "-m", "mwb", *args], capture_output=True, text=True, timeout=300, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"mwb {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def losses(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f) if "split" not in r}
+
+
+def test_run_directory_and_determinism(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    proc = mwb("pretrain", "gpt", "--steps", "4", "--out", a, *SMALL)
+    for name in ("metrics.jsonl", "config.yaml", "loss.png", "tensorboard", "checkpoints/latest",
+                 "checkpoints/step_4/metadata.json"):
+        assert os.path.exists(os.path.join(a, name)), name
+    assert a in proc.stdout and "loss.png" in proc.stdout
+    rec = json.loads(open(os.path.join(a, "metrics.jsonl")).readline())
+    assert {"step", "loss", "lr", "grad_norm", "tokens_per_s"} <= set(rec)
+    mwb("pretrain", "gpt", "--steps", "4", "--out", b, *SMALL)
+    assert losses(a) == losses(b)  # bit-identical on CPU
+
+
+@pytest.mark.multiprocess
+def test_nproc_tp_sp_matches_single_process(tmp_path):
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    mwb("pretrain", "gpt", "--steps", "3", "--out", one, *SMALL)
+    mwb("pretrain", "gpt", "--steps", "3", "--out", two, "--nproc", "2", "--tp", "2", "--sp", *SMALL)
+    l1, l2 = losses(one), losses(two)
+    assert l1.keys() == l2.keys()
+    for k in l1:
+        assert abs(l1[k] - l2[k]) / l1[k] < 1e-5
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--set", "model.num_attention_heads=3", "--nproc", "2", "--tp", "2"], "attention heads 3 is not divisible"),
+    (["--set", "model.bogus=1"], "unknown config key 'model.bogus'"),
+    (["--sp"], "sequence parallelism"),
+])
+def test_bad_layout_or_key_is_one_line_exit_2(tmp_path, args, needle):
+    proc = mwb("pretrain", "gpt", "--data", "synthetic", "--out", str(tmp_path / "x"), *args, check=False)
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_sigterm_then_resume_reproduces_uninterrupted_losses(tmp_path):
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    common = ["--steps", "30", "--save-interval", "100", *SMALL]
+    mwb("pretrain", "gpt", "--out", ref, *common)
+    proc = subprocess.Popen([sys.executable, "-m", "mwb", "pretrain", "gpt", "--out", run, *common],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = os.path.join(run, "metrics.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(metrics) and len(open(metrics).readlines()) >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    stopped = max(losses(run))
+    assert stopped < 30 and "stopped by signal" in err
+    assert open(os.path.join(run, "checkpoints", "latest")).read().strip() == f"step_{stopped}"
+    mwb("pretrain", "gpt", "--out", run, "--resume", *common)
+    got, want = losses(run), losses(ref)
+    assert sorted(got) == list(range(1, 31))
+    assert got == want  # same layout: bit-identical
