@@ -26,6 +26,7 @@ the final name. :class:`IndexedDataset` memory-maps both files.
 """
 from __future__ import annotations
 
+import array
 import os
 import struct
 from typing import Optional, Sequence
@@ -63,7 +64,7 @@ def exists(prefix: str) -> bool:
 def write_index(path: str, dtype, sequence_lengths, document_indices) -> None:
     """Write an ``.idx`` file (pointers are derived from the lengths: sequences are back to back)."""
     dtype = np.dtype(dtype)
-    lengths = np.asarray(sequence_lengths, dtype=np.int32)
+    lengths = np.asarray(sequence_lengths, dtype=np.int32)  # (an array.array converts without copying)
     pointers = np.zeros(len(lengths), dtype=np.int64)
     if len(lengths) > 1:
         np.cumsum(lengths[:-1].astype(np.int64) * dtype.itemsize, out=pointers[1:])
@@ -98,8 +99,9 @@ class IndexedDatasetWriter:
         self._tmp_bin = bin_path(self.prefix) + tag
         self._tmp_idx = idx_path(self.prefix) + tag
         self._bin = open(self._tmp_bin, "wb")
-        self._lengths: list[int] = []
-        self._docs: list[int] = [0]
+        # compact growable arrays: a billion sentences must not become a billion Python ints
+        self._lengths = array.array("i")
+        self._docs = array.array("q", [0])
         self.num_tokens = 0
         self._max_id = np.iinfo(self.dtype).max if self.dtype.kind in "iu" else None
         self._done = False
@@ -204,6 +206,10 @@ class IndexedDataset:
                        if size else np.zeros(0, dtype=self.dtype))
         if n_seq and int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize > size:
             raise DataError(f"{bin_path(self.prefix)}: shorter than its index says (truncated file?)")
+
+    def __reduce__(self):
+        # reopen by path when sent to a DataLoader worker, instead of pickling the mapped arrays
+        return (IndexedDataset, (self.prefix,))
 
     def __len__(self) -> int:
         return len(self.sequence_lengths)

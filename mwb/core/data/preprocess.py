@@ -16,6 +16,8 @@ and counted instead.
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import os
 import sys
 import time
@@ -92,8 +94,7 @@ class _Encoder:
                 if seqs and self.eod is not None:
                     seqs.append([self.eod])
                     lengths[-1] += 1
-                flat = np.array([i for s in seqs for i in s], dtype=np.int32) if len(seqs) != 1 else \
-                    np.array(seqs[0], dtype=np.int32)
+                flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32, count=sum(lengths))
                 docs[k] = (flat, lengths)
             out.append((item.nbytes, None, docs))
         return out
@@ -205,26 +206,28 @@ def preprocess(
     try:
         items = iter_items(inputs, keys, text_docs)
         init_args = (tok_arg, keys, append_eod, split_sentences)
-        for encoded in _results(_chunks(items, chunk_size), max(1, int(workers)), init_args):
-            done = 0
-            for nbytes, err, docs in encoded:
-                result.bytes += nbytes
-                if err is not None:
-                    if not skip_bad:
-                        raise DataError(f"{err} (pass --skip-bad to skip such records)")
-                    result.skipped += 1
-                    if len(result.errors) < 5:
-                        result.errors.append(err)
-                    continue
-                for k, (flat, lengths) in docs.items():
-                    writers[k].add_document(flat, lengths)
-                    result.sequences += len(lengths)
-                    result.tokens += len(flat)
-                result.documents += 1
-                done += 1
-            elapsed = time.perf_counter() - start
-            bar.update(done)
-            bar.set_postfix_str(f"{result.bytes / 1e6 / max(elapsed, 1e-9):.1f} MB/s", refresh=False)
+        results = contextlib.closing(_results(_chunks(items, chunk_size), max(1, int(workers)), init_args))
+        with results as encoded_chunks:  # closing stops the worker pool at once on an error
+            for encoded in encoded_chunks:
+                done = 0
+                for nbytes, err, docs in encoded:
+                    result.bytes += nbytes
+                    if err is not None:
+                        if not skip_bad:
+                            raise DataError(f"{err} (pass --skip-bad to skip such records)")
+                        result.skipped += 1
+                        if len(result.errors) < 5:
+                            result.errors.append(err)
+                        continue
+                    for k, (flat, lengths) in docs.items():
+                        writers[k].add_document(flat, lengths)
+                        result.sequences += len(lengths)
+                        result.tokens += len(flat)
+                    result.documents += 1
+                    done += 1
+                elapsed = time.perf_counter() - start
+                bar.update(done)
+                bar.set_postfix_str(f"{result.bytes / 1e6 / max(elapsed, 1e-9):.1f} MB/s", refresh=False)
         for w in writers.values():
             w.finalize()
     except BaseException:

@@ -161,7 +161,8 @@ def parse_item(item: Item, keys: Sequence[str]) -> dict:
         except UnicodeDecodeError as e:
             raise DataError(f"{where}: not valid UTF-8 ({e.reason})") from None
         except json.JSONDecodeError as e:
-            raise DataError(f"{where}: malformed JSON: {e.msg} at column {e.colno}") from None
+            msg = e.msg[:-3] if e.msg.endswith(" at") else e.msg
+            raise DataError(f"{where}: malformed JSON: {msg} (column {e.colno})") from None
     else:
         rec = item.payload
     if not isinstance(rec, dict):

@@ -55,9 +55,10 @@ def train_tokenizer(
     if kind not in KINDS:
         raise DataError(f"unknown tokenizer type {kind!r}; choose one of {', '.join(KINDS)}")
     specials = special_tokens(t5_sentinels)
-    if vocab_size <= len(specials) + (256 if kind == "bpe" else 0):
+    byte_pieces = 0 if kind == "wordpiece" else 256  # byte-level BPE's alphabet / SentencePiece byte fallback
+    if vocab_size <= len(specials) + byte_pieces:
         raise DataError(f"vocab size {vocab_size} is too small for {len(specials)} special tokens"
-                        + (" plus 256 byte tokens" if kind == "bpe" else ""))
+                        + (f" plus {byte_pieces} byte tokens" if byte_pieces else ""))
     if not inputs:
         raise DataError("no input files to train the tokenizer on")
     os.makedirs(out_dir, exist_ok=True)
