@@ -1,0 +1,36 @@
+"""``mwb generate``: sample completions of one or more prompts from a checkpoint (see
+:mod:`mwb.evaluation.generation` for the sampling rules)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command(help="Generate text from a GPT checkpoint. --temperature 0 is greedy decoding.")
+@click.option("--checkpoint", default=None, help="mwb run/checkpoint directory or Hugging Face model directory "
+                                                 "(default: the newest runs/pretrain-gpt-* run).")
+@click.option("--prompt", "prompts", multiple=True, required=True, help="A prompt (repeat for several).")
+@click.option("--max-tokens", type=click.IntRange(min=0), default=64, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = no top-k filter.")
+@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True)
+@click.option("--stop", "stops", multiple=True, help="Stop string (repeatable); not included in the output.")
+@click.option("--seed", type=int, default=None, help="Same seed and prompts ⇒ same completions.")
+@click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt (text, tokens, logprobs).")
+def generate(checkpoint, prompts, max_tokens, temperature, top_k, top_p, stops, seed, tokenizer, as_json):
+    from mwb.evaluation.generation import SamplingParams, generate as run
+    from mwb.evaluation.loading import load_language_model, resolve_checkpoint
+
+    checkpoint = resolve_checkpoint(checkpoint, say=lambda m: click.echo(m, err=True))
+    _, lm = load_language_model(checkpoint, tokenizer)
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                            stop=tuple(stops), seed=seed)
+    for g in run(lm, list(prompts), params):
+        if as_json:
+            click.echo(json.dumps({"prompt": g.prompt, "text": g.text, "tokens": g.tokens,
+                                   "logprobs": g.logprobs, "finish_reason": g.finish_reason}))
+        else:
+            click.echo(g.prompt + g.text)
+            click.echo("-" * 40)

@@ -1,0 +1,41 @@
+"""``mwb serve``: an OpenAI-compatible ``/v1/completions`` server for a checkpoint (see
+:mod:`mwb.evaluation.server`). Binds 127.0.0.1 by default: exposing it is an explicit choice."""
+from __future__ import annotations
+
+import os
+
+import click
+
+
+@click.command(help="Serve a GPT checkpoint over an OpenAI-compatible HTTP API (POST /v1/completions, "
+                    "GET /v1/models).")
+@click.option("--checkpoint", default=None, help="mwb run/checkpoint directory or Hugging Face model directory "
+                                                 "(default: the newest runs/pretrain-gpt-* run).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
+@click.option("--model-name", default=None, help="Model id reported by /v1/models (default: the directory name).")
+@click.option("--max-tokens-limit", type=click.IntRange(min=1), default=2048, show_default=True,
+              help="Largest max_tokens a request may ask for.")
+@click.option("--quiet", is_flag=True, help="Do not log each request.")
+def serve(checkpoint, host, port, tokenizer, model_name, max_tokens_limit, quiet):
+    from mwb.core.errors import MwbError
+    from mwb.evaluation.loading import load_language_model, resolve_checkpoint
+    from mwb.evaluation.server import Limits, make_server
+
+    checkpoint = resolve_checkpoint(checkpoint, say=lambda m: click.echo(m, err=True))
+    _, lm = load_language_model(checkpoint, tokenizer)
+    name = model_name or os.path.basename(os.path.normpath(checkpoint))
+    try:
+        server = make_server(lm, host, port, name, Limits(max_tokens=max_tokens_limit), quiet=quiet)
+    except OSError as e:
+        raise MwbError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port") from None
+    h, p = server.server_address[:2]
+    click.echo(f"serving {name} on http://{h}:{p}/v1 (POST /v1/completions, GET /v1/models); Ctrl-C stops",
+               err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+    finally:
+        server.server_close()

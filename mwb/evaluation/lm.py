@@ -1,0 +1,91 @@
+"""A causal language model as the harness sees it: token ids in, full-vocabulary log-probabilities out.
+
+Why a wrapper: evaluation, generation and the server all need the same few things from a model — logits
+over the *real* vocabulary (not the padded one), gathered over tensor parallelism so every TP rank sees
+all of them, in eval mode without autograd, plus the tokenizer and the longest context the model accepts.
+Keeping that in one class means no task ever touches ``padded_vocab_size`` or a process group.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mwb.core.models.transformer import KVCache
+from mwb.core.parallel.collectives import gather_from_tp, group_size
+
+
+class LanguageModel:
+    """``model`` (a :class:`~mwb.core.models.gpt.GPTModel`, possibly TP-sharded) + ``tokenizer``.
+
+    ``state`` is the rank's :class:`~mwb.core.parallel.ParallelState` (``None`` = one process). Pipeline
+    parallelism is not supported here: the model must hold the embedding and the head.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
+                 max_length: Optional[int] = None) -> None:
+        if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
+            raise ValueError("evaluation needs the whole model on each rank (no pipeline stages)")
+        if state is not None and getattr(state, "sp", False):
+            raise ValueError("evaluation and generation run without sequence parallelism (build without --sp)")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.state = state
+        self.device = device or next(model.parameters()).device
+        self.vocab_size = int(getattr(model, "vocab_size", None) or tokenizer.vocab_size)
+        cfg = getattr(model, "cfg", None)
+        learned = cfg is not None and cfg.position_embedding == "learned"
+        self.max_length = max_length or (cfg.max_position_embeddings if learned else 1 << 30)
+
+    @property
+    def tp_group(self):
+        return None if self.state is None else self.state.tp_group
+
+    @property
+    def tp_rank(self) -> int:
+        return 0 if self.state is None else self.state.tp_rank
+
+    @property
+    def eod(self) -> Optional[int]:
+        return getattr(self.tokenizer, "eod", None)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    @torch.no_grad()
+    def logits(self, tokens: torch.Tensor, cache: Optional[KVCache] = None,
+               position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """fp32 logits ``[b, s, vocab_size]`` for ``tokens [b, s]``; identical on every TP rank."""
+        out = self.model(tokens.to(self.device), position_ids=position_ids, cache=cache)
+        if group_size(self.tp_group) > 1:
+            out = gather_from_tp(out, self.tp_group)
+        return out[..., : self.vocab_size].float()
+
+    def log_probs(self, tokens: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
+        """Log-softmax over the real vocabulary, ``[b, s, vocab_size]``."""
+        return F.log_softmax(self.logits(tokens, cache=cache), dim=-1)
+
+    @torch.no_grad()
+    def token_logprobs(self, ids: Sequence[int]) -> list[Optional[float]]:
+        """log p(ids[i] | ids[:i]) for each position; the first token has no context, so ``None``.
+
+        Sequences longer than the model's context are scored in windows that each keep the previous
+        ``max_length // 2`` tokens as context (each token scored once)."""
+        ids = list(ids)
+        out: list[Optional[float]] = [None]
+        if len(ids) < 2:
+            return out[: len(ids)]
+        from .zeroshot import rolling_windows  # one windowing rule for the server and WikiText
+
+        for start, inputs, first in rolling_windows(ids, self.max_length, max(1, self.max_length // 2)):
+            x = torch.tensor([inputs[:-1]], dtype=torch.long)
+            lp = self.log_probs(x)[0]
+            tgt = torch.tensor(inputs[1:], dtype=torch.long, device=lp.device)
+            got = lp.gather(-1, tgt[:, None])[:, 0]
+            out.extend(float(v) for v in got[first:].tolist())
+        return out
