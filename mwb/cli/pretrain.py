@@ -41,12 +41,15 @@ def _command(arch: str, preset: str):
 
 
 def _saved_config(path: str):
-    """A run's saved config.yaml (minus derived values) as the base for --resume."""
+    """A run's saved config.yaml as the base for --resume. The parallel layout is not taken from it: it
+    belongs to this launch (checkpoints reshard), so `--resume --nproc 1` continues a TP2×PP2 run on one
+    process unless --tp/--pp/... are given again."""
     import yaml
     from mwb.core.config import RunConfig, update
     with open(path) as f:
         tree = yaml.safe_load(f) or {}
     tree.pop("derived", None)
+    tree.pop("parallel", None)
     return update(RunConfig(), tree)
 
 

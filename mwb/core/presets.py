@@ -9,6 +9,12 @@ from __future__ import annotations
 from .config import ConfigError, RunConfig, update
 
 _GPT = {"arch": "gpt", "max_position_embeddings": 2048, "vocab_size": 51200}
+# The laptop presets: a few minutes on 2 CPU cores. The LR schedule's length is fixed (Megatron's
+# --lr-decay-iters), not tied to --steps, so a run stopped early and resumed with more steps follows the
+# same schedule as one run; set optim.decay_steps to your --steps for a full cosine on longer runs.
+_TINY_TRAIN = {"seq_length": 128, "steps": 400, "global_batch_size": 16, "micro_batch_size": 8,
+               "eval_interval": 100, "eval_steps": 4}
+_TINY_OPTIM = {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 20, "decay_steps": 400}
 
 
 def _table1(layers: int, hidden: int, heads: int) -> dict:
@@ -20,19 +26,19 @@ PRESETS: dict[str, dict] = {
     # Small models that train on one CPU core in minutes.
     "gpt-tiny": {"model": {"arch": "gpt", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
                            "max_position_embeddings": 256},
-                 "train": {"seq_length": 128}},
+                 "train": dict(_TINY_TRAIN), "optim": dict(_TINY_OPTIM)},
     "bert-tiny": {"model": {"arch": "bert", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
                             "max_position_embeddings": 256, "tie_embeddings": True},
-                  "train": {"seq_length": 128}},
+                  "train": dict(_TINY_TRAIN), "optim": dict(_TINY_OPTIM)},
     "t5-tiny": {"model": {"arch": "t5", "num_layers": 2, "num_decoder_layers": 2, "hidden_size": 128,
                           "num_attention_heads": 4, "position_embedding": "relative", "bias": False,
                           "normalization": "rmsnorm", "max_position_embeddings": 256},
-                "train": {"seq_length": 128}},
+                "train": dict(_TINY_TRAIN), "optim": dict(_TINY_OPTIM)},
     "llama-tiny": {"model": {"arch": "gpt", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
                              "num_query_groups": 2, "normalization": "rmsnorm", "activation": "swiglu",
                              "position_embedding": "rope", "bias": False, "tie_embeddings": False,
                              "max_position_embeddings": 256},
-                   "train": {"seq_length": 128}},
+                   "train": dict(_TINY_TRAIN), "optim": dict(_TINY_OPTIM)},
     # Published shapes.
     "gpt-125m": {"model": dict(_GPT, num_layers=12, hidden_size=768, num_attention_heads=12), "train": {"seq_length": 2048}},
     "gpt-350m": {"model": dict(_GPT, num_layers=24, hidden_size=1024, num_attention_heads=16), "train": {"seq_length": 2048}},

@@ -134,7 +134,8 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
         if valid is not None and ((t.eval_interval and res.step % t.eval_interval == 0) or res.step == t.steps):
             logger.log_valid(res.step, tr.evaluate())
         if stop or res.step == t.steps or (t.save_interval and res.step % t.save_interval == 0):
-            checkpoint.save(tr, ckpt_root, keep_last=t.keep_last)
+            checkpoint.save(tr, ckpt_root, keep_last=t.keep_last,
+                            extra_files={"tokenizer": plan.tokenizer} if plan.tokenizer else None)
             last_saved[0] = res.step
         if stop:
             say(f"\nmwb: stopped by signal after step {res.step}; checkpoint saved, continue with --resume",
@@ -144,7 +145,7 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
     trainer.run(after_step)
     plot = logger.close()
     if rank == 0:
-        say(f"mwb: {trainer.step} steps in {time.time() - t0:.1f} s")
+        say(f"mwb: {trainer.step - start} steps in {time.time() - t0:.1f} s (now at step {trainer.step})")
         say(f"mwb: run directory   {os.path.abspath(out)}")
         say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
         if cfg.logging.tensorboard:

@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 
 from mwb.core.config import RunConfig, update
+from mwb.core.models.init import is_output_head
 from mwb.core.parallel.collectives import group_size
 from mwb.core.training.batches import SyntheticTokens
 from mwb.core.training.spec import GPTSpec
@@ -30,7 +31,7 @@ def full_grads(trainer: Trainer, loss_scale: float, grad_scale: float) -> dict:
     out = {}
     for chunk in trainer.chunks:
         for name, p in chunk.named_parameters():
-            if getattr(chunk, "shares_embedding", False) and name.endswith("head.weight"):
+            if getattr(chunk, "shares_embedding", False) and is_output_head(name):
                 continue  # the last stage's tied copy: equal to embed.word.weight's after the reduction
             g = p.main_grad.detach().float() * (grad_scale / loss_scale)
             dim = getattr(p, "tp_dim", None)
@@ -42,7 +43,7 @@ def full_grads(trainer: Trainer, loss_scale: float, grad_scale: float) -> dict:
                 parts = [torch.empty_like(g) for _ in range(st.ep_size)]
                 dist.all_gather(parts, g.contiguous(), group=st.ep_group)
                 g = torch.cat(parts, dim=0)
-            if name.endswith(("word.weight", "head.weight")):
+            if name.endswith("word.weight") or is_output_head(name):
                 g = g[:VOCAB]
             out[name] = g.clone()
     return out

@@ -23,9 +23,18 @@ def _seed_for(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+def is_output_head(name: str) -> bool:
+    """The LM output projection (``head.weight``), not e.g. a ``binary_head.weight``."""
+    return name == "head.weight" or name.endswith(".head.weight")
+
+
+def is_word_embedding(name: str) -> bool:
+    return name == "embed.word.weight" or name.endswith(".embed.word.weight")
+
+
 def canonical_name(name: str, tied: bool) -> str:
     """Parameters that are copies of another share its name for initialisation (tied output head)."""
-    if tied and name.endswith("head.weight"):
+    if tied and is_output_head(name):
         return name[: -len("head.weight")] + "embed.word.weight"
     return name
 
@@ -57,7 +66,7 @@ def initialize(model: nn.Module, seed: int, std: float, num_layers: int, tied: b
         seen.add(id(p))
         full_shape = getattr(p, "full_shape", tuple(p.shape))
         canon = canonical_name(name, tied)
-        vocab_rows = real_vocab if (canon.endswith("word.weight") or canon.endswith("head.weight")) else None
+        vocab_rows = real_vocab if (canon.endswith("word.weight") or is_output_head(canon)) else None
         full = full_init(canon, full_shape, std, num_layers, seed, vocab_rows)
         p.copy_(shard_of(full, p).to(p.dtype))
 

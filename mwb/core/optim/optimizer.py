@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..config import OptimConfig
+from ..models.init import is_output_head, is_word_embedding
 from ..parallel.collectives import all_reduce_no_grad, group_size
 from .buffers import FlatBuffers
 
@@ -35,6 +36,14 @@ class Piece:
     grad: torch.Tensor  # view into the reduced fp32 gradient buffer
     buffer: int  # index of the FlatBuffers it belongs to
     alias: bool  # master is a view of the parameter itself (fp32 model)
+
+
+def shares_embedding(model: nn.Module) -> bool:
+    """Whether ``model`` (one stage, or a ModuleList of virtual-pipeline chunks) holds a tied embedding
+    copy that another pipeline stage also holds."""
+    if isinstance(model, nn.ModuleList):
+        return any(getattr(m, "shares_embedding", False) for m in model)
+    return bool(getattr(model, "shares_embedding", False))
 
 
 def no_weight_decay(name: str, p: torch.Tensor) -> bool:
@@ -123,10 +132,10 @@ class DistributedOptimizer:
 
     def _reduce_embedding(self) -> None:
         group = self.state.group("embedding")
-        if group is None or not getattr(self.model, "shares_embedding", False):
+        if group is None or not shares_embedding(self.model):
             return
         for name, p in self.model.named_parameters():
-            if name.endswith("embed.word.weight") or name.endswith("head.weight"):
+            if is_word_embedding(name) or is_output_head(name):
                 dist.all_reduce(p.main_grad, group=group)
 
     def _reduce_data_parallel(self) -> None:
@@ -152,16 +161,17 @@ class DistributedOptimizer:
     def _grad_norm(self) -> float:
         """Global L2 norm: each distinct gradient element counted once across all ranks."""
         st = self.state
-        sq = [torch.zeros((), dtype=torch.float64) for _ in self.buffers]
+        dev = self.buffers[0].grads.device if self.buffers else torch.device("cpu")
+        sq = [torch.zeros((), dtype=torch.float64, device=dev) for _ in self.buffers]
         for pc in self.pieces:
             p = pc.param
             if getattr(p, "tp_dim", None) is None and st.tp_rank != 0:
                 continue  # replicated over TP: counted by TP rank 0
-            if getattr(self.model, "shares_embedding", False) and not st.is_first_stage and \
-                    pc.name.endswith("head.weight"):
+            if shares_embedding(self.model) and not st.is_first_stage and \
+                    is_output_head(pc.name):
                 continue  # tied copy: counted on the first stage
             sq[pc.buffer] += pc.grad.double().pow(2).sum()
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=dev)
         for bi, buf in enumerate(self.buffers):
             if self.distributed:
                 all_reduce_no_grad(sq[bi], buf.group)

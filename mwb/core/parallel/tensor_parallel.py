@@ -232,6 +232,11 @@ def parallelize_tensor(model: nn.Module, state) -> nn.Module:
             module.loss_fn = VocabParallelCrossEntropy(module.loss_fn.vocab_size, group)
         if sp and isinstance(getattr(module, "embed_dropout", None), nn.Dropout):
             module.embed_dropout = ShardedDropout(module.embed_dropout.p)
+    # Model-specific pieces the generic plan cannot know (e.g. a relative-position bias table sharded over
+    # heads, replicated layers that see only a sequence slice): modules may define parallelize_tp(state).
+    for module in list(model.modules()):
+        if callable(getattr(module, "parallelize_tp", None)):
+            module.parallelize_tp(state)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     mark_replicated(model)

@@ -60,7 +60,7 @@ class MetricsLogger:
                     keep.append(line if line.endswith("\n") else line + "\n")
                     if "split" not in rec:
                         self.train_points.append((rec["step"], rec["loss"]))
-                    else:
+                    elif "loss" in rec:
                         self.valid_points.append((rec["step"], rec["loss"]))
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -114,6 +114,21 @@ class MetricsLogger:
             self.tb.add_scalar("valid/ppl", rec["ppl"], step)
         if self.bar is not None:
             self.bar.write(f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}")
+
+    def log_eval(self, step: int, metrics: dict) -> None:
+        """A task evaluation (e.g. dev accuracy after an epoch) as a ``"split": "valid"`` record."""
+        if not self.enabled:
+            return
+        rec = {"step": step, "split": "valid", **metrics}
+        self.file.write(json.dumps(_finite(rec)) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    self.tb.add_scalar(f"valid/{k}", v, step)
+        if self.bar is not None:
+            shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+            self.bar.write(f"step {step}: {shown}")
 
     def close(self) -> Optional[str]:
         """Flush everything and draw the loss curves; returns the plot's path."""

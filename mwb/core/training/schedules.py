@@ -16,8 +16,9 @@ def forward_backward_no_pipelining(chunks, microbatches, spec, state, loss_facto
     """Returns (Σ loss_sum, Σ token_count) over the micro-batches, detached. ``loss_factor`` scales the
     loss before backward (loss scale / nominal token count)."""
     (model,) = chunks
-    total = torch.zeros((), dtype=torch.float64)
-    count = torch.zeros((), dtype=torch.float64)
+    device = next(model.parameters()).device
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    count = torch.zeros((), dtype=torch.float64, device=device)
     for mb in microbatches:
         with torch.set_grad_enabled(not forward_only):
             loss_sum, n = spec.forward(model, mb)

@@ -54,6 +54,10 @@ def parallel_dims(cfg: RunConfig, world_size: int) -> ParallelDims:
     if t.global_batch_size % (t.micro_batch_size * dims.dp):
         raise LayoutError(f"global batch size {t.global_batch_size} is not divisible by micro-batch size × "
                           f"data-parallel size = {t.micro_batch_size} × {dims.dp}")
+    if dims.vpp > 1:  # interleaved 1F1B walks micro-batches in groups of pp
+        from ..pipeline.orders import check_interleaved
+        check_interleaved(dims.pp, dims.vpp, t.global_batch_size // (t.micro_batch_size * dims.dp),
+                          t.micro_batch_size, dims.dp)
     if m.vocab_size is not None and m.vocab_size < 2:
         raise ValueError("model.vocab_size must be at least 2")
     return dims
@@ -105,7 +109,8 @@ class Trainer:
         """Σ loss and Σ tokens over the global batch: only last-stage, TP-rank-0 ranks contribute."""
         st = self.state
         contributes = st.is_last_stage and st.tp_rank == 0
-        buf = torch.stack([loss_sum, count]).double() if contributes else torch.zeros(2, dtype=torch.float64)
+        buf = torch.stack([loss_sum, count]).double().to(self.device) if contributes else \
+            torch.zeros(2, dtype=torch.float64, device=self.device)
         if self.dims.world_size > 1:
             dist.all_reduce(buf)
         return float(buf[0]), float(buf[1])
@@ -123,6 +128,10 @@ class Trainer:
             len(mbs) * self.dims.dp
         self.optimizer.zero_grad()
         scale = self.scaler.scale
+        moe_on = bool(cfg.model.num_experts)
+        if moe_on:  # aux-loss gradients scaled by loss_scale / micro-batches of the global batch
+            from ..parallel.expert import begin_moe_step
+            begin_moe_step(scale, len(mbs) * self.dims.dp)
         loss_sum, count = self.schedule(self.chunks, mbs, self.spec, self.state, scale / nominal,
                                         seq_length=cfg.train.seq_length,
                                         micro_batch_size=cfg.train.micro_batch_size)
@@ -133,8 +142,12 @@ class Trainer:
         self.scaler.update(not updated)
         self.step += 1
         ntok = sum(self.spec.tokens_in(b) for b in mbs) * self.dims.dp
+        extra = {}
+        if moe_on:
+            from ..parallel.expert import moe_step_metrics
+            extra = moe_step_metrics(self.state, len(mbs) * self.dims.dp)
         return StepResult(self.step, total / max(tokens, 1.0), lr, norm, ntok, time.perf_counter() - t0,
-                          scale, not updated)
+                          scale, not updated, extra)
 
     @torch.no_grad()
     def evaluate(self, steps: Optional[int] = None) -> float:
@@ -165,7 +178,7 @@ class Trainer:
 
     def stop_agreed(self) -> bool:
         """All ranks stop at the same step if any rank was asked to."""
-        flag = torch.tensor([1.0 if self.stop_requested else 0.0])
+        flag = torch.tensor([1.0 if self.stop_requested else 0.0], device=self.device)
         if self.dims.world_size > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())

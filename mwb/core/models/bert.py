@@ -1,0 +1,186 @@
+"""BERT: a bidirectional encoder with the masked-LM head and an optional sentence-order / NSP head.
+
+Norm placement. The default is Megatron's BERT: pre-norm blocks (the shared :class:`TransformerBlock`), no
+norm on the embeddings and a final LayerNorm after the last layer, which trains stably at depth. With
+``model.bert_post_norm`` the model has Hugging Face BERT's layout instead (LayerNorm on the summed
+embeddings, ``x = LN(x + sublayer(x))`` in every block, no final norm), so weights converted from
+``transformers.BertForPreTraining`` give the same outputs. Both variants have the same parameter names
+(``ln1``/``ln2`` are the post-attention/post-MLP norms in the post-norm layout).
+
+Heads. The MLM head is ``lm_transform`` (dense h→h, gelu, LayerNorm) followed by ``head``, the final vocab
+projection tied to the word embeddings with its own output bias. Keeping ``head`` a plain ``nn.Linear`` next
+to ``loss_fn`` lets the generic tensor-parallel pass shard it over the vocabulary and use the vocab-parallel
+cross-entropy, exactly as for GPT. The binary head is a pooler (dense + tanh on the first, [CLS], token)
+followed by a 2-way linear, ``binary_classifier`` (not ``*head``: names ending in ``head.weight`` mean
+"the tied output head" to the initialiser and optimizer); both are small and stay replicated under TP.
+
+Padding. ``padding_mask`` (1 = real token) becomes a key mask: no position ever attends to a padded key, so
+padding never changes the output at real positions. Padded queries still attend to real keys (masking whole
+rows would make softmax undefined); their outputs are never used by a loss.
+
+Loss. Megatron's BERT reports ``mean LM loss + mean sentence-order loss`` of a micro-batch. To fit the
+``(loss_sum, count)`` convention, the per-sample binary losses are added to the LM token-loss sum with
+weight ``max(count, 1) / n_samples``, so ``loss_sum / max(count, 1)`` is exactly that Megatron quantity
+(a batch without masked tokens reports the binary loss alone, where Megatron would report NaN).
+
+Pipeline stages follow :mod:`.gpt`: layers keyed by global id; the first stage holds the embeddings, the
+last the final norm and both heads (and, when tied and not also first, its own copy of the word embedding
+as ``head.weight``, which the optimizer keeps equal to the first stage's).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ModelConfig
+from .build import register_arch
+from .transformer import CrossEntropy, Embedding, TransformerBlock, make_norm
+
+
+class PostNormBlock(TransformerBlock):
+    """Hugging Face BERT's block: ``x = ln1(x + attn(x)); x = ln2(x + mlp(x))``.
+
+    A subclass of the pre-norm block, with the same submodules, so every parallel pass and recomputation
+    that understands :class:`TransformerBlock` (TP projections, sharded dropout under SP) applies unchanged.
+    """
+
+    def forward(self, x: torch.Tensor, mask=None, rope=None, cache=None, enc=None, cross_mask=None):
+        x = self.ln1(x + self.drop1(self.attn(x, mask=mask, rope=rope, cache=cache)))
+        return self.ln2(x + self.drop2(self.mlp(x)))
+
+
+class LMTransform(nn.Module):
+    """The MLM head's transform before the vocabulary projection: dense h→h, gelu, LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(F.gelu(self.dense(x)))
+
+    def parallelize_tp(self, state) -> None:
+        """Under SP this replicated dense layer sees one sequence slice, so its gradients are partial sums
+        over TP (the LayerNorm is marked by the generic pass); Megatron marks them the same way."""
+        from ..parallel.tensor_parallel import _mark
+        for p in self.dense.parameters():
+            _mark(p, None, p.shape, sequence_parallel=state.sp)
+
+
+class Pooler(nn.Module):
+    """tanh(dense(hidden of the first token)): the sentence representation for the binary head."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(x[:, 0]))
+
+    def parallelize_tp(self, state) -> None:
+        """Under SP the first token lives on TP rank 0 only: gather the sequence first. Every rank then
+        computes the same (replicated) pooled output, so the backward just keeps this rank's slice."""
+        if not state.sp:
+            return
+        from ..parallel.collectives import gather_from_sequence
+        group = state.tp_group
+
+        def gather(module, args):
+            return (gather_from_sequence(args[0], group, grad_reduce=False),) + tuple(args[1:])
+        self.register_forward_pre_hook(gather)
+
+
+class BertModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, padded_vocab_size: Optional[int] = None,
+                 layer_ids: Optional[Sequence[int]] = None, pre_process: bool = True,
+                 post_process: bool = True) -> None:
+        super().__init__()
+        if cfg.position_embedding != "learned":
+            raise ValueError(f"BERT uses learned absolute positions; got position_embedding="
+                             f"'{cfg.position_embedding}' (set model.position_embedding=learned)")
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.padded_vocab_size = padded_vocab_size or vocab_size
+        self.pre_process, self.post_process = pre_process, post_process
+        self.post_norm = bool(getattr(cfg, "bert_post_norm", False))
+        ids = list(range(cfg.num_layers)) if layer_ids is None else list(layer_ids)
+        if pre_process:
+            self.embed = Embedding(cfg, self.padded_vocab_size, tokentypes=cfg.num_tokentypes)
+            if self.post_norm:
+                self.embed_norm = make_norm(cfg)
+            self.embed_dropout = nn.Dropout(cfg.dropout)
+        block = PostNormBlock if self.post_norm else TransformerBlock
+        self.layers = nn.ModuleDict({str(i): block(cfg, i, causal=False) for i in ids})
+        self.binary_classifier = None
+        if post_process:
+            if not self.post_norm:
+                self.final_norm = make_norm(cfg)
+            self.lm_transform = LMTransform(cfg)
+            self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=True)
+            self.loss_fn = CrossEntropy(vocab_size)
+            if cfg.bert_binary_head:
+                self.pooler = Pooler(cfg)
+                self.binary_classifier = nn.Linear(cfg.hidden_size, 2)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        if self.cfg.tie_embeddings and self.pre_process and self.post_process:
+            self.head.weight = self.embed.word.weight
+
+    @property
+    def shares_embedding(self) -> bool:
+        return self.cfg.tie_embeddings and (self.pre_process != self.post_process)
+
+    def forward(self, tokens: Optional[torch.Tensor] = None, types: Optional[torch.Tensor] = None,
+                padding_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
+                loss_mask: Optional[torch.Tensor] = None, nsp_labels: Optional[torch.Tensor] = None,
+                return_hidden: bool = False, hidden: Optional[torch.Tensor] = None):
+        """First stage: ``tokens [b, s]`` (+ ``types``); later stages: ``hidden`` from the previous one.
+
+        Returns the hidden states on a stage that is not last; otherwise ``(hidden, pooled)`` with
+        ``return_hidden`` (``pooled`` is None without a binary head; under SP ``hidden`` is this rank's
+        sequence slice), ``(lm_logits, binary_logits)`` without labels (logits vocab-sharded under TP), or
+        ``(loss_sum, count)`` with labels, where ``loss_sum / max(count, 1)`` = mean LM + mean binary loss.
+        """
+        if self.pre_process:
+            pos = torch.arange(tokens.size(1), device=tokens.device)[None]
+            x = self.embed(tokens, pos, types)
+            if self.post_norm:
+                x = self.embed_norm(x)
+            x = self.embed_dropout(x)
+        else:
+            x = hidden
+        mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
+        for layer in self.layers.values():
+            x = layer(x, mask=mask)
+        if not self.post_process:
+            return x
+        if not self.post_norm:
+            x = self.final_norm(x)
+        pooled = self.pooler(x) if self.binary_classifier is not None else None
+        if return_hidden:
+            return x, pooled
+        lm_logits = self.head(self.lm_transform(x))
+        binary_logits = self.binary_classifier(pooled) if pooled is not None else None
+        if labels is None:
+            return lm_logits, binary_logits
+        return self.pretraining_loss(lm_logits, binary_logits, labels, loss_mask, nsp_labels)
+
+    def pretraining_loss(self, lm_logits, binary_logits, labels, loss_mask=None, nsp_labels=None):
+        """``(Σ MLM token losses + max(count,1)·mean binary loss, count)``; see the module docstring."""
+        loss_sum, count = self.loss_fn(lm_logits, labels, loss_mask)
+        if binary_logits is not None and nsp_labels is not None:
+            nsp_labels = nsp_labels.reshape(-1).long()
+            sop = F.cross_entropy(binary_logits.float(), nsp_labels, ignore_index=-1, reduction="sum")
+            n = (nsp_labels >= 0).sum().clamp(min=1).to(sop.dtype)
+            loss_sum = loss_sum + sop * (count.clamp(min=1) / n)
+        return loss_sum, count
+
+
+@register_arch("bert")
+def _bert(cfg, vocab, padded, layer_ids, pre, post):
+    return BertModel(cfg, vocab, padded, layer_ids, pre, post)
