@@ -1,12 +1,45 @@
 """Checkpoints of a training run: ``OUT/checkpoints/step_N/`` plus ``OUT/checkpoints/latest``.
 
-A checkpoint is written under a temporary name and renamed only once every rank's file is complete, and
-``latest`` is updated last, so an interrupted save never looks complete. Files are loaded with
-``torch.load(weights_only=True)`` (no arbitrary unpickling).
+Every rank writes only its own shards (safetensors) and rank 0 a ``metadata.json`` that says which slice of
+which global tensor each piece is, so a checkpoint loads into any parallel layout (TP, PP, VPP, EP, DP,
+distributed optimizer on or off), optimizer state included. A checkpoint is written under a temporary name
+and renamed once complete, and ``latest`` is updated last, so an interrupted save never looks complete.
+Nothing is unpickled on load. The format is described in ``docs/checkpoint.md``.
 
-This module is the trainer-facing interface (``save``, ``load``, ``latest_step``); the on-disk layout is
-in :mod:`mwb.core.checkpoint.format`.
+Trainer-facing API: ``save(trainer, root, keep_last, extra_files)``, ``latest_dir(root)``,
+``load(trainer, directory, model_only=False) -> step``. Inference: ``load_full_model(path)`` here or in
+:mod:`.consolidate`, which also has ``consolidate(src, dst_file)`` (``checkpoint.consolidate`` is that
+module, so call ``checkpoint.consolidate.consolidate``).
 """
-from .format import CheckpointError, latest_dir, load, save
+from __future__ import annotations
 
-__all__ = ["CheckpointError", "latest_dir", "load", "save"]
+import os
+from typing import Optional
+
+from ..errors import CheckpointError
+from .format import FORMAT, read_metadata
+from .reader import Checkpoint, load
+from .writer import save, write_model_checkpoint
+
+
+def latest_dir(root: str) -> Optional[str]:
+    """The newest complete checkpoint directory under ``root`` (``OUT/checkpoints``), or None."""
+    path = os.path.join(root, "latest")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        name = f.read().strip()
+    d = os.path.join(root, name)
+    if not os.path.isdir(d):
+        raise CheckpointError(f"{path} names '{name}', which does not exist under {root}")
+    return d
+
+
+def load_full_model(path: str, device="cpu"):
+    """(RunConfig, single-process model, tokenizer path or None); see :mod:`.consolidate`."""
+    from .consolidate import load_full_model as _load
+    return _load(path, device)
+
+
+__all__ = ["FORMAT", "Checkpoint", "CheckpointError", "latest_dir", "load", "load_full_model",
+           "read_metadata", "save", "write_model_checkpoint"]

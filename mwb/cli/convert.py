@@ -1,0 +1,28 @@
+"""``mwb convert SRC DST``: Hugging Face ↔ mwb checkpoints (logic in :mod:`mwb.core.convert`)."""
+from __future__ import annotations
+
+import click
+
+HELP = """Convert between Hugging Face and mwb checkpoints; the direction follows from SRC.
+
+\b
+SRC a Hugging Face model directory (config.json + safetensors/bin weights):
+    DST becomes an mwb checkpoint directory (load it with --checkpoint DST, or fine-tune from it).
+SRC an mwb run directory, checkpoints/ directory, step_N directory or consolidated .safetensors:
+    DST becomes a Hugging Face directory (config.json + model.safetensors) for from_pretrained.
+
+Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertForMaskedLM,
+BertForPreTraining; mwb's post-norm BERT). Tokenizer files are copied when present.
+"""
+
+
+@click.command(help=HELP)
+@click.argument("src", type=click.Path())
+@click.argument("dst", type=click.Path())
+@click.option("--force", is_flag=True, default=False, help="Replace DST if it exists and is not empty.")
+def convert(src, dst, force):
+    from mwb.core.convert import convert as run
+
+    direction, out, family = run(src, dst, overwrite=force)
+    what = "mwb checkpoint" if direction == "hf-to-mwb" else "Hugging Face model"
+    click.echo(f"mwb: converted {family} {src} → {what} {out}")

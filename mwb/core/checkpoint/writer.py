@@ -1,0 +1,237 @@
+"""Writing checkpoints: every rank its own shards, rank 0 the metadata, one rename to make it visible.
+
+Each tensor element is written once. A rank writes a parameter only if it is the first holder of that
+shard: TP-replicated parameters by TP rank 0, data-parallel replicas by data-parallel rank 0 (expert
+parameters: expert-data-parallel rank 0), a tied output-head copy on the last pipeline stage not at all
+(it equals the word embedding). Optimizer state follows the same rule, except that with the distributed
+optimizer every data-parallel rank writes the piece of the flat buffer it owns. Each piece records the
+rectangle of the global tensor (model weights) or the element range of the local shard (optimizer state)
+it holds, so any layout can reassemble it (:mod:`.shards`, :mod:`.reader`).
+
+Order of events, so that a crash at any point leaves no checkpoint that looks complete:
+shards into ``.step_N.incomplete/`` → metadata.json → rename to ``step_N`` → ``latest`` → prune.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from ..parallel.random import capture_rng_state
+from .format import (FORMAT, METADATA, atomic_write_text, commit_directory, copy_extra, rng_split, shard_name,
+                     write_safetensors)
+from .shards import canonical, describe, full_shape, unpadded_shape
+
+ExtraFiles = Optional[dict]  # name in the checkpoint → a file, a directory, or a list of files
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+def layout_of(trainer) -> dict:
+    d = trainer.dims
+    return {"world_size": d.world_size, "tp": d.tp, "pp": d.pp, "vpp": d.vpp, "cp": d.cp, "ep": d.ep,
+            "dp": d.dp, "sp": d.sp, "order": d.order, "distributed_optimizer": trainer.optimizer.distributed,
+            "precision": trainer.cfg.train.precision}
+
+
+def named_parameters(chunks) -> dict:
+    """``id(param) → (global name, param)`` over every chunk (names are layout-independent)."""
+    out = {}
+    for chunk in chunks:
+        for name, p in chunk.named_parameters():
+            out.setdefault(id(p), (name, p))
+    return out
+
+
+def _is_writer(p, coords: dict, distributed_optimizer: bool = False) -> bool:
+    if getattr(p, "tp_dim", None) is None and coords.get("tp", 0) != 0:
+        return False
+    if coords.get("cp", 0) != 0 and not distributed_optimizer:
+        return False
+    if distributed_optimizer:  # every rank of the reduction group owns a distinct piece
+        return True
+    replica = coords.get("edp", 0) if getattr(p, "expert", False) else coords.get("dp", 0)
+    return replica == 0
+
+
+def _entry(index: dict, name: str, p, vocab: int) -> dict:
+    e = index.setdefault(name, {"shape": list(unpadded_shape(name, p, vocab)), "padded_shape": list(full_shape(p)),
+                                "dtype": str(p.dtype).replace("torch.", ""),
+                                "expert": bool(getattr(p, "expert", False)), "chunks": [], "optim": []})
+    return e
+
+
+def collect(trainer, file: str) -> tuple[dict, dict]:
+    """(tensors to write, index of what they are) for this rank."""
+    cfg, coords = trainer.cfg, trainer.state.coords
+    tied, vocab = cfg.model.tie_embeddings, trainer.spec.vocab_size
+    params = named_parameters(trainer.chunks)
+    tensors: dict[str, torch.Tensor] = {}
+    index: dict[str, dict] = {}
+    for name, p in params.values():
+        if canonical(name, tied) != name or not _is_writer(p, coords):
+            continue
+        key = f"model/{name}"
+        tensors[key] = p.detach()
+        _entry(index, name, p, vocab)["chunks"].append({"file": file, "key": key, **describe(p)})
+    for chunk in trainer.chunks:  # persistent buffers: replicated, written by the first holder
+        pnames = {n for n, _ in chunk.named_parameters(remove_duplicate=False)}
+        for name, b in chunk.state_dict().items():
+            if name in pnames or name in index or coords.get("tp", 0) or coords.get("dp", 0):
+                continue
+            key = f"model/{name}"
+            tensors[key] = b.detach()
+            _entry(index, name, b, None)["chunks"].append({"file": file, "key": key, **describe(b)})
+    opt = trainer.optimizer
+    for pc in opt.pieces:
+        name, p = params[id(pc.param)]
+        if canonical(name, tied) != name or not _is_writer(p, coords, opt.distributed):
+            continue
+        keys, scalars = {}, {}
+        base = f"optim/{name}/{pc.lo}"
+        keys["master"] = f"{base}/master"
+        tensors[keys["master"]] = pc.master.detach()
+        for k, v in opt.optimizer.state.get(pc.master_param, {}).items():
+            if torch.is_tensor(v) and v.shape == pc.master.shape:
+                keys[k] = f"{base}/{k}"
+                tensors[keys[k]] = v.detach()
+            elif torch.is_tensor(v):
+                scalars[k] = {"value": v.item(), "dtype": str(v.dtype).replace("torch.", "")}
+            else:
+                scalars[k] = {"value": v, "dtype": None}
+        d = describe(p)
+        _entry(index, name, p, vocab)["optim"].append(
+            {"file": file, "lo": pc.lo, "hi": pc.hi, "keys": keys, "scalars": scalars,
+             "local": {"offsets": d["offsets"], "shape": d["shape"], "tp": d["tp"], "ep": d["ep"]}})
+    return tensors, index
+
+
+def _gather(obj, world: int) -> list:
+    if world == 1:
+        return [obj]
+    out = [None] * world if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def _merge(entries: list[dict]) -> dict:
+    tensors: dict[str, dict] = {}
+    for e in entries:
+        for name, t in e["tensors"].items():
+            cur = tensors.setdefault(name, {k: v for k, v in t.items() if k not in ("chunks", "optim")})
+            cur.setdefault("chunks", []).extend(t["chunks"])
+            cur.setdefault("optim", []).extend(t["optim"])
+    return dict(sorted(tensors.items()))
+
+
+def config_tree(cfg) -> dict:
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def _write_extra(tmp: str, extra_files: ExtraFiles) -> dict:
+    out = {}
+    for key, src in (extra_files or {}).items():
+        if not src:
+            continue
+        out[key] = copy_extra(src, os.path.join(tmp, key))
+    return out
+
+
+def save(trainer, root: str, keep_last: int = 0, extra_files: ExtraFiles = None) -> str:
+    """Write ``root/step_N`` for the trainer's current step (call on every rank); returns its path.
+
+    ``extra_files`` maps a name to a file, directory or list of files copied into ``step_N/<name>/`` so the
+    checkpoint can be used alone; ``{"tokenizer": path}`` makes it the checkpoint's tokenizer.
+    """
+    world, rank, step = trainer.dims.world_size, trainer.state.rank, trainer.step
+    final = os.path.join(root, f"step_{step}")
+    tmp = os.path.join(root, f".step_{step}.incomplete")
+    if rank == 0:
+        os.makedirs(root, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    _barrier(world)
+    file = shard_name(rank)
+    tensors, index = collect(trainer, file)
+    rng_tensors, rng_rest = rng_split(capture_rng_state())
+    tensors.update(rng_tensors)
+    size = write_safetensors(tensors, os.path.join(tmp, file))
+    entries = _gather({"rank": rank, "coords": dict(trainer.state.coords), "bytes": size, "tensors": index,
+                       "rng": rng_rest}, world)
+    if rank == 0:
+        cfg = trainer.cfg
+        extra = _write_extra(tmp, extra_files)
+        meta = {
+            "format": FORMAT, "step": step, "layout": layout_of(trainer), "arch": cfg.model.arch,
+            "vocab_size": trainer.spec.vocab_size, "config": config_tree(cfg),
+            "tokenizer": extra.get("tokenizer"), "extra_files": extra,
+            "optimizer": {"name": cfg.optim.name, "found_inf_steps": trainer.optimizer.found_inf_steps},
+            "scaler": trainer.scaler.state_dict(),
+            "files": {shard_name(e["rank"]): {"rank": e["rank"], "coords": e["coords"], "bytes": e["bytes"]}
+                      for e in entries},
+            "rng": {str(e["rank"]): e["rng"] for e in entries},
+            "tensors": _merge(entries),
+        }
+        atomic_write_text(os.path.join(tmp, METADATA), json.dumps(meta, indent=1))
+        commit_directory(tmp, final)
+        atomic_write_text(os.path.join(root, "latest"), f"step_{step}\n")
+        if keep_last > 0:
+            prune(root, keep_last)
+    _barrier(world)
+    return final
+
+
+def prune(root: str, keep_last: int) -> None:
+    steps = sorted((int(n.split("_")[1]), n) for n in os.listdir(root)
+                   if n.startswith("step_") and n.split("_")[1].isdigit())
+    for _, name in steps[:-keep_last]:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def write_model_checkpoint(directory: str, cfg, vocab_size: int, tensors: dict, step: int = 0,
+                           extra_files: ExtraFiles = None, overwrite: bool = False) -> str:
+    """A model-only, single-shard checkpoint from full (unpadded, global) tensors, without a trainer.
+
+    Used by ``mwb convert`` and :func:`mwb.core.checkpoint.consolidate`-style tools; it loads into any
+    layout like a training checkpoint, with fresh optimizer state.
+    """
+    directory = os.path.abspath(directory)
+    if os.path.exists(directory) and os.listdir(directory) and not overwrite:
+        from ..errors import CheckpointError
+        raise CheckpointError(f"{directory} exists and is not empty; choose another destination")
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(directory)}.incomplete")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    file = shard_name(0)
+    index, data = {}, {}
+    for name, t in sorted(tensors.items()):
+        key = f"model/{name}"
+        data[key] = t
+        index[name] = {"shape": list(t.shape), "padded_shape": list(t.shape),
+                       "dtype": str(t.dtype).replace("torch.", ""), "expert": False, "optim": [],
+                       "chunks": [{"file": file, "key": key, "offsets": [0] * t.dim(), "shape": list(t.shape),
+                                   "tp": None, "ep": None}]}
+    size = write_safetensors(data, os.path.join(tmp, file))
+    extra = _write_extra(tmp, extra_files)
+    p = cfg.parallel
+    meta = {"format": FORMAT, "step": step,
+            "layout": {"world_size": 1, "tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "dp": 1, "sp": False,
+                       "order": p.order, "distributed_optimizer": False, "precision": cfg.train.precision},
+            "arch": cfg.model.arch, "vocab_size": vocab_size, "config": config_tree(cfg),
+            "tokenizer": extra.get("tokenizer"), "extra_files": extra, "optimizer": None, "scaler": None,
+            "files": {file: {"rank": 0, "coords": {"tp": 0, "pp": 0, "dp": 0, "cp": 0, "ep": 0, "edp": 0},
+                             "bytes": size}},
+            "rng": {}, "tensors": index}
+    atomic_write_text(os.path.join(tmp, METADATA), json.dumps(meta, indent=1))
+    commit_directory(tmp, directory)
+    return directory

@@ -1,0 +1,129 @@
+"""Hugging Face ↔ mwb conversion: ``convert(src, dst)`` picks the direction from what ``src`` is.
+
+A directory with ``config.json`` (and no mwb ``metadata.json``) is a Hugging Face model: it becomes an mwb
+checkpoint directory (one shard, layout 1, no optimizer state) that :func:`mwb.core.checkpoint.load_full_model`
+reads and ``checkpoint.load`` puts into any parallel layout for fine-tuning. Anything else is read as an mwb
+checkpoint (run directory, ``checkpoints`` directory, ``step_N`` or consolidated file) and becomes a
+Hugging Face directory that ``transformers`` loads with ``from_pretrained``. One small module per family
+holds the name and config mapping (:mod:`.gpt2`, :mod:`.llama`, :mod:`.bert`); tokenizer files travel with
+the weights, and the original ``config.json`` of an imported model is kept so exporting it again
+preserves the fields mwb does not model (special token ids and the like).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from . import bert, gpt2, llama
+from .hf_io import ConversionError, read_config, read_weights, tokenizer_files, write_hf_dir
+
+FAMILIES = (gpt2, llama, bert)
+
+
+def family_for_hf(hf: dict, where: str):
+    for fam in FAMILIES:
+        if fam.matches_hf(hf):
+            return fam
+    raise ConversionError(f"{where}: model_type '{hf.get('model_type')}' is not supported "
+                          f"(supported: gpt2, llama/mistral, bert)")
+
+
+def family_for_mwb(model_cfg: dict):
+    for fam in FAMILIES:
+        if fam.matches_mwb(model_cfg):
+            return fam
+    raise ConversionError("this model has no Hugging Face counterpart mwb can write (GPT-2: learned positions, "
+                          "LayerNorm, gelu/gelu_tanh; Llama: RoPE, RMSNorm, SwiGLU; BERT: post-norm)")
+
+
+def load_hf(path: str):
+    """(RunConfig, vocab size, {mwb name: global tensor}, tokenizer path or None) of a Hugging Face dir."""
+    from ..config import RunConfig, update
+
+    hf = read_config(path)
+    fam = family_for_hf(hf, path)
+    model = fam.model_config(hf)
+    tok = path if tokenizer_files(path) else None
+    cfg = update(RunConfig(), {"model": model, "data": {"tokenizer": tok}})
+    tensors = fam.to_mwb(read_weights(path), model)
+    return cfg, int(model["vocab_size"]), tensors, tok
+
+
+def _mwb_model_dict(cfg) -> dict:
+    m = dataclasses.asdict(cfg.model)
+    m["ffn_hidden_size"] = cfg.model.ffn_size
+    m["num_query_groups"] = cfg.model.query_groups
+    m["attention_dropout"] = cfg.model.attn_dropout
+    return m
+
+
+def hf_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
+    """Hugging Face directory → mwb checkpoint directory; returns (dst, family name)."""
+    from ..checkpoint.writer import write_model_checkpoint
+
+    cfg, vocab, tensors, tok = load_hf(src)
+    fam = family_for_hf(read_config(src), src)
+    extra = {"hf_config": [os.path.join(src, "config.json")]}
+    if tok:
+        extra["tokenizer"] = tokenizer_files(src)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=None))
+    write_model_checkpoint(dst, cfg, vocab, tensors, extra_files=extra, overwrite=overwrite)
+    return os.path.abspath(dst), fam.NAME
+
+
+def _base_hf_config(src: str, model_type: str) -> dict:
+    """The config.json an imported checkpoint came from (same family), to carry its other fields over."""
+    try:
+        from ..checkpoint.consolidate import resolve
+        path = os.path.join(resolve(src), "hf_config", "config.json")
+    except Exception:
+        return {}
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        base = json.load(f)
+    if base.get("model_type") not in (model_type, "mistral" if model_type == "llama" else None):
+        return {}
+    for k in ("transformers_version", "_name_or_path", "auto_map", "quantization_config"):
+        base.pop(k, None)
+    return base
+
+
+def mwb_to_hf(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
+    """mwb checkpoint (any path form) → Hugging Face directory; returns (dst, family name)."""
+    from ..checkpoint.consolidate import full_state
+
+    cfg, vocab, tensors, tok = full_state(src)
+    m = _mwb_model_dict(cfg)
+    fam = family_for_mwb(m)
+    if hasattr(fam, "check_mwb"):
+        fam.check_mwb(m)
+    out = fam.to_hf(tensors, m)
+    config = fam.hf_config(m, vocab, _base_hf_config(src, fam.NAME))
+    dtypes = {str(t.dtype).replace("torch.", "") for t in out.values()}
+    config["dtype"] = dtypes.pop() if len(dtypes) == 1 else "float32"
+    write_hf_dir(dst, config, out, tokenizer=tok, overwrite=overwrite)
+    return os.path.abspath(dst), fam.NAME
+
+
+def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]:
+    """Convert in the direction ``src`` implies; returns (direction, dst, family)."""
+    from ..checkpoint.consolidate import is_hf_dir
+
+    src = os.path.abspath(os.path.expanduser(str(src)))
+    if not os.path.exists(src):
+        raise ConversionError(f"{src} does not exist")
+    if os.path.abspath(dst) == src:
+        raise ConversionError("source and destination are the same path")
+    if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)) and not overwrite:
+        raise ConversionError(f"{os.path.abspath(dst)} exists and is not empty; choose another destination "
+                              f"(or --force to replace it)")
+    if is_hf_dir(src):
+        out, fam = hf_to_mwb(src, dst, overwrite)
+        return "hf-to-mwb", out, fam
+    out, fam = mwb_to_hf(src, dst, overwrite)
+    return "mwb-to-hf", out, fam
+
+
+__all__ = ["ConversionError", "FAMILIES", "convert", "hf_to_mwb", "load_hf", "mwb_to_hf"]
