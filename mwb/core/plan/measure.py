@@ -10,10 +10,10 @@ checkpoint keeps are its tensor inputs, which ``torch.utils.checkpoint`` (non-re
 same hooks, so ``selective`` counts the attention core's q, k, v and ``full`` the layer input.
 
 :func:`predicted_layer` asks :func:`~mwb.core.plan.formulas.activation_bytes_per_layer` about the same
-layer, passing the shape keywords that describe what mwb runs: ``flash=True`` when attention dropout is 0
-(``scaled_dot_product_attention`` then uses the fused CPU/GPU kernel, which keeps q, k, v, the output and a
-float32 log-sum-exp, not the s×s scores), ``dropout=`` whether hidden dropout masks exist, the FFN size,
-query groups, head size and ``gated`` for SwiGLU.
+layer, passing the shape keywords that describe what mwb runs: ``flash=True`` when SDPA runs a fused kernel
+(on CPU: attention dropout 0; on CUDA: always), which keeps q, k, v, the output and a float32
+log-sum-exp, not the s×s scores; ``dropout=`` whether hidden dropout masks exist; the FFN size, query
+groups, head size and ``gated`` for SwiGLU.
 
 What the planner's accounting does not describe is returned by :func:`known_differences`, by name, so the
 measured-versus-predicted comparison states every byte it explains (``docs/benchmarks.md`` has the table):
@@ -22,13 +22,24 @@ measured-versus-predicted comparison states every byte it explains (``docs/bench
   all-gathered ``[b, s, h]`` input (2·s·b·h·e each, instead of the 2·s·b·h·e/t shard Megatron keeps and
   re-gathers in backward). This is the one large gap; it grows with t (at t = 8 the layer holds
   ~(34/t + 3.5)·s·b·h bytes against the planner's 34/t).
-* ``norm_stats``: each LayerNorm keeps its mean and 1/std (one element per token each; RMSNorm one).
+* ``norm_stats``: each LayerNorm keeps its mean and 1/std (one element per token each).
+* ``rmsnorm_fp32``: ``nn.RMSNorm`` on 16-bit input on CPU computes in float32 and keeps a float32 copy of
+  its input and of the normalised input (plus 1/rms) instead of the 16-bit input: 8 bytes per element, not 2.
+* ``cpu_dropout_masks``: CPU dropout multiplies by a mask in the activation dtype (2 bytes per element in
+  bf16), where CUDA's fused dropout keeps a 1-byte mask.
+* ``gqa_repeated_kv``: with grouped-query attention mwb repeats k and v to every query head before
+  ``scaled_dot_product_attention`` (no ``enable_gqa``), so the kernel keeps a-head k and v, not g-head.
 * ``swiglu_product_inputs``: SwiGLU as ``silu(gate)·up`` keeps silu's output for the product as well as
   its input (one more s·b·f/t tensor than a fused SwiGLU, which is what ``gated=True`` counts).
 * ``selective_lse``: under selective recompute the fused kernel's log-sum-exp is recomputed too.
 * ``math_attention``: with attention dropout > 0 the fused kernel cannot run and PyTorch's math kernel
   does; for bf16 inputs on CPU it computes in float32 and keeps float32 copies of q, k, v, the softmax,
   the dropout mask (float32, not 1 byte) and the dropped probabilities: per score 12 bytes, not 5.
+
+The differences above were measured on CPU (``tests/core/plan/test_activation_measure.py``, bf16, TP1 and
+TP2+SP: every byte accounted for). ``LayerCase(device="cuda")`` measures on a GPU; its branches of
+:func:`known_differences` (1-byte dropout masks, float32 LayerNorm statistics, fused attention with dropout)
+follow PyTorch's CUDA kernels and have not been measured in this project's CI, which has no GPU.
 
 Nothing here runs unless called: ``mwb.core.plan`` itself stays pure arithmetic and does not import this.
 """
@@ -62,6 +73,7 @@ class LayerCase:
     attn_dropout: float = 0.0
     activation: str = "gelu"
     normalization: str = "layernorm"
+    device: str = "cpu"
 
     def with_(self, **kw) -> "LayerCase":
         return dataclasses.replace(self, **kw)
@@ -75,11 +87,13 @@ class LayerCase:
             extra.append(f"g={self.groups}")
         if self.activation != "gelu":
             extra.append(self.activation)
+        if self.normalization != "layernorm":
+            extra.append(self.normalization)
         if self.dropout:
             extra.append(f"drop={self.dropout}")
         if self.attn_dropout:
             extra.append(f"attn_drop={self.attn_dropout}")
-        par = f"TP{self.t}" + ("+SP" if self.sp else "")
+        par = f"TP{self.t}" + ("+SP" if self.sp else "") + ("" if self.device == "cpu" else f" {self.device}")
         return f"s={self.s} b={self.b} h={self.h} a={self.a}{' ' + ' '.join(extra) if extra else ''} {par} " \
                f"{self.recompute}"
 
@@ -184,13 +198,13 @@ def measure_layer(case: LayerCase, state=None, seed: int = 1234, dtype=torch.bfl
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {case.recompute!r}")
     state = state if state is not None else _state(case)
     seed_everything(seed, state.tp_rank, 0)
-    model = build_model(case.model_config(), state, vocab, seed, "cpu", dtype)
+    model = build_model(case.model_config(), state, vocab, seed, case.device, dtype)
     apply_recompute(model, ParallelConfig(tp=case.t, sp=case.sp, recompute=case.recompute))
     model.train()
     layer = model.layers["0"]
     seq = case.s // case.t if case.sp else case.s
     gen = torch.Generator().manual_seed(seed + state.rank)
-    x = torch.randn(case.b, seq, case.h, generator=gen).to(dtype).requires_grad_()
+    x = torch.randn(case.b, seq, case.h, generator=gen).to(case.device, dtype).requires_grad_()
     exclude = tuple(model.parameters()) + tuple(model.buffers())
     out, saved = count_saved(layer, x, exclude=exclude, module=layer)
     out.float().sum().backward()  # the graph must be usable: what was counted is what backward needs
@@ -203,7 +217,13 @@ def measure_layer(case: LayerCase, state=None, seed: int = 1234, dtype=torch.bfl
 def shape_keywords(case: LayerCase) -> dict:
     """The planner's shape keywords for what the mwb layer of ``case`` runs."""
     return {"ffn_hidden_size": case.ffn_size, "query_groups": case.groups or case.a, "head_dim": case.head_dim,
-            "gated": case.activation == "swiglu", "dropout": case.dropout > 0, "flash": case.attn_dropout == 0}
+            "gated": case.activation == "swiglu", "dropout": case.dropout > 0, "flash": _fused_attention(case)}
+
+
+def _fused_attention(case: LayerCase) -> bool:
+    """Whether SDPA runs a fused kernel: always on CUDA (flash supports dropout there), on CPU only
+    without attention dropout."""
+    return case.device != "cpu" or case.attn_dropout == 0
 
 
 def predicted_layer(case: LayerCase, dtype_bytes: int = 2) -> float:
@@ -223,15 +243,16 @@ def known_differences(case: LayerCase, dtype_bytes: int = 2) -> dict:
     d, g = case.head_dim, case.groups or a
     if case.sp and t > 1:
         out["sp_gathered_linear_inputs"] = 2 * e * s * b * h * (1 - rep)
-    if case.normalization == "layernorm":
-        out["norm_stats"] = 2 * 2 * e * s * b * rep  # mean and 1/std per token, two norms
-    else:  # nn.RMSNorm on 16-bit input: float32 input copy + normalised input + rstd instead of the input
+    cpu = case.device == "cpu"
+    if case.normalization == "layernorm":  # mean and 1/std per token, two norms (float32 on CUDA)
+        out["norm_stats"] = 2 * 2 * (e if cpu else 4) * s * b * rep
+    elif cpu:  # nn.RMSNorm on 16-bit input: float32 input copy + normalised input + rstd instead of the input
         out["rmsnorm_fp32"] = 2 * ((8 - e) * s * b * h + 4 * s * b) * rep
-    if case.dropout > 0:  # CPU dropout keeps a mask in the activation dtype, not 1 byte
+    if case.dropout > 0 and cpu:  # CPU dropout keeps a mask in the activation dtype, not 1 byte
         out["cpu_dropout_masks"] = 2 * (e - 1) * s * b * h * rep
     if case.activation == "swiglu":
         out["swiglu_product_inputs"] = e * s * b * case.ffn_size / t
-    if case.attn_dropout == 0:
+    if _fused_attention(case):
         if case.recompute == "none" and g < a:  # k, v repeated to every query head before the kernel
             out["gqa_repeated_kv"] = 2 * e * s * b * (a - g) * d / t
         if case.recompute == "selective":
