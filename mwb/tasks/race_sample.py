@@ -20,17 +20,21 @@ PLACES = ["market", "library", "park", "museum", "harbour", "station", "bakery",
 GOODS = ["apples", "bread", "cheese", "flowers", "candles", "books", "eggs", "honey", "lemons", "rice", "soap",
          "tea"]
 KIN = ["grandmother", "uncle", "teacher", "neighbour", "cousin", "aunt", "doctor", "grandfather"]
+# Words that never appear in an article: with ``easy=True`` distractors come only from here, a cue a small
+# model learns in a few epochs (the tests' "learnable" set).
+NEVER = ["violins", "glaciers", "tigers", "rockets", "pyramids", "volcanoes", "dolphins", "cactuses",
+         "planets", "kites", "anchors", "lanterns"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
 def _options(rng: random.Random, right: str, pool: list[str], used: set[str]) -> tuple[list[str], str]:
-    wrong = rng.sample([w for w in pool if w not in used and w != right], 3)
+    wrong = rng.sample([w for w in pool if w not in used and w != right and w.strip(".") != right], 3)
     opts = wrong + [right]
     rng.shuffle(opts)
     return opts, "ABCD"[opts.index(right)]
 
 
-def make_article(rng: random.Random) -> dict:
+def make_article(rng: random.Random, easy: bool = False) -> dict:
     a, b = rng.sample(NAMES, 2)
     place, place2 = rng.sample(PLACES, 2)
     good, good2 = rng.sample(GOODS, 2)
@@ -47,14 +51,14 @@ def make_article(rng: random.Random) -> dict:
     questions, options, answers = [], [], []
     for q, right, pool in rng.sample(qs, 2):
         used_here = used | {f"To the {p}." for p in (place, place2)}
-        opts, ans = _options(rng, right, pool, used_here)
+        opts, ans = _options(rng, right, NEVER if easy else pool, used_here)
         questions.append(q)
         options.append(opts)
         answers.append(ans)
     return {"article": article, "questions": questions, "options": options, "answers": answers}
 
 
-def write_race_sample(root: str, counts: dict[str, int], seed: int = 0) -> str:
+def write_race_sample(root: str, counts: dict[str, int], seed: int = 0, easy: bool = False) -> str:
     """Write ``root/{split}/{middle,high}/N.txt`` with ``counts[split]`` articles per split."""
     rng = random.Random(seed)
     for split, n in counts.items():
@@ -62,7 +66,7 @@ def write_race_sample(root: str, counts: dict[str, int], seed: int = 0) -> str:
             level = "middle" if i % 2 == 0 else "high"
             d = os.path.join(root, split, level)
             os.makedirs(d, exist_ok=True)
-            ex = make_article(rng)
+            ex = make_article(rng, easy)
             ex["id"] = f"{level}{i}.txt"
             with open(os.path.join(d, f"{i}.txt"), "w", encoding="utf-8") as f:
                 json.dump(ex, f)
