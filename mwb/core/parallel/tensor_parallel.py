@@ -24,6 +24,7 @@ from torch import nn
 
 from .collectives import (copy_to_tp, gather_from_sequence, group_rank, group_size, reduce_from_tp,
                           reduce_scatter_to_sequence, scatter_to_sequence)
+from ..models.transformer import CrossEntropy
 from .random import ShardedDropout
 
 
@@ -133,24 +134,17 @@ class _VocabParallelCE(torch.autograd.Function):
         return grad * g[..., None], None, None, None, None
 
 
-class VocabParallelCrossEntropy(nn.Module):
-    """Drop-in for :class:`~mwb.core.models.transformer.CrossEntropy` on vocab-sharded logits."""
+class VocabParallelCrossEntropy(CrossEntropy):
+    """Drop-in for :class:`~mwb.core.models.transformer.CrossEntropy` on vocab-sharded logits: only the
+    per-token losses differ; masking and summing are inherited."""
 
     def __init__(self, vocab_size: int, group) -> None:
-        super().__init__()
-        self.vocab_size, self.group = vocab_size, group
+        super().__init__(vocab_size)
+        self.group = group
 
     def token_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         start = group_rank(self.group) * logits.size(-1)
         return _VocabParallelCE.apply(logits, labels.clamp(min=0), start, self.vocab_size, self.group)
-
-    def forward(self, logits, labels, loss_mask=None):
-        losses = self.token_losses(logits, labels)
-        mask = labels >= 0
-        if loss_mask is not None:
-            mask = mask & loss_mask.bool()
-        mask = mask.to(losses.dtype)
-        return (losses * mask).sum(), mask.sum()
 
 
 # ------------------------------------------------------------------------------------------ the plan
@@ -194,7 +188,7 @@ def mark_replicated(model: nn.Module) -> None:
 
 def parallelize_tensor(model: nn.Module, state) -> nn.Module:
     """Apply tensor (and sequence) parallelism in place; a no-op apart from metadata when tp == 1."""
-    from ..models.transformer import MLP, Attention, CrossEntropy, Embedding, TransformerBlock
+    from ..models.transformer import MLP, Attention, Embedding, TransformerBlock
 
     group, sp = state.tp_group, state.sp
     if group_size(group) == 1:
@@ -226,7 +220,9 @@ def parallelize_tensor(model: nn.Module, state) -> nn.Module:
     # Output head, loss and the remaining sequence-parallel pieces.
     for name, module in list(model.named_modules()):
         head = getattr(module, "head", None)
-        if isinstance(head, nn.Linear) and isinstance(getattr(module, "loss_fn", None), CrossEntropy):
+        loss_fn = getattr(module, "loss_fn", None)
+        if isinstance(head, nn.Linear) and isinstance(loss_fn, CrossEntropy) and \
+                not isinstance(loss_fn, VocabParallelCrossEntropy):
             module.head = _column(head, group)
             module.head.register_forward_pre_hook(hook, with_kwargs=True)
             module.loss_fn = VocabParallelCrossEntropy(module.loss_fn.vocab_size, group)
