@@ -147,7 +147,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    log_interval: int = 1
+    log_interval: int = 10  # plain progress lines when stderr is not a terminal
     tensorboard: bool = True
     progress: bool = True
     plot: bool = True

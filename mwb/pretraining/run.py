@@ -124,7 +124,8 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
     logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
                            progress=cfg.logging.progress,
                            flops_per_tok=flops_per_token(nonembed, m.num_layers, cfg.train.seq_length, m.hidden_size),
-                           peak_tflops=cfg.logging.peak_tflops, world_size=world, start_step=start)
+                           peak_tflops=cfg.logging.peak_tflops, world_size=world, start_step=start,
+                           log_interval=cfg.logging.log_interval)
     trainer.install_signal_handlers()
     t = cfg.train
     last_saved = [start if resume else -1]

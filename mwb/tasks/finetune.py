@@ -104,7 +104,8 @@ def rank_main(tree: dict, job: dict) -> None:
     start = checkpoint.load(trainer, checkpoint.latest_dir(ckpt_root)) if job.get("resume") and \
         checkpoint.latest_dir(ckpt_root) else 0
     logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
-                           progress=cfg.logging.progress, world_size=world, start_step=start)
+                           progress=cfg.logging.progress, world_size=world, start_step=start,
+                           log_interval=cfg.logging.log_interval)
     steps_per_epoch = job["steps_per_epoch"]
     history: list[dict] = []
     best = {"value": -float("inf"), "step": None}

@@ -22,14 +22,16 @@ def flops_per_token(n_params_nonembed: int, num_layers: int, seq_length: int, hi
 class MetricsLogger:
     def __init__(self, out_dir: str, total_steps: int, enabled: bool, tensorboard: bool = True,
                  progress: bool = True, flops_per_tok: Optional[float] = None, peak_tflops: Optional[float] = None,
-                 world_size: int = 1, start_step: int = 0) -> None:
+                 world_size: int = 1, start_step: int = 0, log_interval: int = 10) -> None:
         self.enabled, self.out_dir = enabled, out_dir
+        self.total_steps, self.log_interval = total_steps, max(int(log_interval), 1)
         self.flops_per_tok, self.peak = flops_per_tok, peak_tflops
         self.world_size = world_size
         self.train_points: list[tuple[int, float]] = []
         self.valid_points: list[tuple[int, float]] = []
         self.tb = None
         self.bar = None
+        self.plain = False
         if not enabled:
             return
         os.makedirs(out_dir, exist_ok=True)
@@ -47,6 +49,9 @@ class MetricsLogger:
             from tqdm import tqdm
             self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
                             dynamic_ncols=True, file=sys.stderr, disable=None)
+            if self.bar.disable:  # not a terminal (a log file, a batch job): plain lines every log_interval
+                self.bar = None
+                self.plain = True
 
     def _truncate(self, path: str, start_step: int) -> None:
         keep = []
@@ -99,6 +104,14 @@ class MetricsLogger:
                 post["scale"] = f"{res.loss_scale:g}"
             self.bar.set_postfix(post, refresh=False)
             self.bar.update(1)
+        elif self.plain and (res.step % self.log_interval == 0 or res.step == self.total_steps):
+            line = f"step {res.step}/{self.total_steps}  loss {res.loss:.4f}  lr {res.lr:.2e}  " \
+                   f"grad_norm {res.grad_norm:.3f}  tokens/s {rec['tokens_per_s']:.0f}"
+            if "mfu" in rec:
+                line += f"  mfu {rec['mfu']:.1%}"
+            if "loss_scale" in rec:
+                line += f"  loss_scale {res.loss_scale:g}"
+            print(line, file=sys.stderr, flush=True)
         return rec
 
     def log_valid(self, step: int, loss: float) -> None:
@@ -112,8 +125,11 @@ class MetricsLogger:
         if self.tb is not None:
             self.tb.add_scalar("valid/loss", loss, step)
             self.tb.add_scalar("valid/ppl", rec["ppl"], step)
+        msg = f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}"
         if self.bar is not None:
-            self.bar.write(f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}")
+            self.bar.write(msg)
+        elif self.plain:
+            print(msg, file=sys.stderr, flush=True)
 
     def log_eval(self, step: int, metrics: dict) -> None:
         """A task evaluation (e.g. dev accuracy after an epoch) as a ``"split": "valid"`` record."""
@@ -129,6 +145,9 @@ class MetricsLogger:
         if self.bar is not None:
             shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
             self.bar.write(f"step {step}: {shown}")
+        elif self.plain:
+            shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+            print(f"step {step}: {shown}", file=sys.stderr, flush=True)
 
     def close(self) -> Optional[str]:
         """Flush everything and draw the loss curves; returns the plot's path."""
