@@ -36,6 +36,8 @@ LAYOUTS = {
     "dp2": (2, {"parallel": {}}),
     "dp2_distopt": (2, {"parallel": {"distributed_optimizer": True}}),
     "tp2_dp2_distopt": (4, {"parallel": {"tp": 2, "distributed_optimizer": True}}),
+    "cp2": (2, {"parallel": {"cp": 2}}),
+    "cp2_tp2_sp_distopt": (4, {"parallel": {"cp": 2, "tp": 2, "sp": True, "distributed_optimizer": True}}),
 }
 
 

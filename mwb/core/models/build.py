@@ -75,6 +75,9 @@ def build_model(cfg: ModelConfig, state, vocab_size: int, seed: int, device="cpu
     with torch.device("meta"):
         model = ctor(cfg, vocab_size, padded, layer_ids, pre_process, post_process)
     parallelize_tensor(model, state)
+    if state.cp_size > 1:
+        from ..parallel.context import parallelize_context
+        parallelize_context(model, state)
     if cfg.num_experts:
         from ..parallel.expert import parallelize_experts
         parallelize_experts(model, state)

@@ -75,8 +75,14 @@ class AttentionCore(nn.Module):
         super().__init__()
         self.dropout = dropout
         self.scale = scale
+        self.cp = None  # set by parallel.context.parallelize_context when the sequence is split over CP
 
     def forward(self, q, k, v, causal: bool = False, mask: Optional[torch.Tensor] = None):
+        if self.cp is not None:  # context parallel: attend over every rank's keys and values
+            k, v, cp_mask = self.cp.gather_kv(k, v, causal)
+            if cp_mask is not None:
+                mask = cp_mask if mask is None else mask & cp_mask
+                causal = False
         if k.size(1) != q.size(1):  # grouped-query attention: share each kv head over its query heads
             rep = q.size(1) // k.size(1)
             k = k.repeat_interleave(rep, dim=1)

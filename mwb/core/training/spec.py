@@ -41,7 +41,7 @@ class ModelSpec:
 
     def hidden_shape(self, micro_batch: int, seq_length: int, state) -> tuple[int, ...]:
         """Shape of the activation sent between pipeline stages."""
-        seq = seq_length // (state.tp_size if state.sp else 1)
+        seq = seq_length // (state.tp_size if state.sp else 1) // state.cp_size
         return (micro_batch, seq, self.cfg.model.hidden_size)
 
 
@@ -54,8 +54,16 @@ class GPTSpec(ModelSpec):
         loss_mask = batch.get("loss_mask")
         if loss_mask is not None and loss_mask.size(1) == tokens.size(1):
             loss_mask = loss_mask[:, 1:]
+        position_ids = None
+        cp = getattr(model, "cp", None)
+        if cp is not None:  # context parallel: this rank's two sequence chunks and their positions
+            from ..parallel.context import zigzag_positions, zigzag_slice
+            inputs, labels = zigzag_slice(inputs, cp.rank, cp.size), zigzag_slice(labels, cp.rank, cp.size)
+            loss_mask = None if loss_mask is None else zigzag_slice(loss_mask, cp.rank, cp.size)
+            position_ids = zigzag_positions(inputs.size(1), cp.rank, cp.size, inputs.device)[None]
         return model(tokens=inputs if model.pre_process else None, hidden=hidden,
-                     labels=labels if model.post_process else None, loss_mask=loss_mask)
+                     labels=labels if model.post_process else None, loss_mask=loss_mask,
+                     position_ids=position_ids)
 
     def tokens_in(self, batch):
         t = batch["tokens"]

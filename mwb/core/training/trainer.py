@@ -48,8 +48,11 @@ def parallel_dims(cfg: RunConfig, world_size: int) -> ParallelDims:
                         order=p.order)
     dims.check_model(m.num_attention_heads, m.num_query_groups, m.num_layers, m.num_experts,
                      cfg.train.seq_length, m.ffn_hidden_size, p.pipeline_layers)
-    if p.cp > 1:
-        raise LayoutError("context parallelism (--cp > 1) is not implemented yet; use --cp 1")
+    if p.cp > 1 and m.arch != "gpt":
+        raise LayoutError(f"context parallelism (--cp > 1) is implemented for GPT (causal) models, not "
+                          f"'{m.arch}'; use --cp 1")
+    if p.cp > 1 and m.num_experts:
+        raise LayoutError("context parallelism with mixture-of-experts layers is not supported; use --cp 1")
     t = cfg.train
     if t.global_batch_size % (t.micro_batch_size * dims.dp):
         raise LayoutError(f"global batch size {t.global_batch_size} is not divisible by micro-batch size × "
