@@ -94,6 +94,8 @@ def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, ove
             if key not in cls.options:
                 raise ConfigError(f"task '{cls.name}' has no option --{key.replace('_', '-')}")
             opts[key] = value
+    if checkpoint is None and hasattr(cls, "default_checkpoint"):  # a task with its own default model (qa)
+        checkpoint = cls.default_checkpoint(say=lambda m: click.echo(m, err=True))
     checkpoint = resolve_checkpoint(checkpoint, say=lambda m: click.echo(m, err=True))
     from mwb.cli.options import default_out
     out = out or default_out(f"eval-{cls.name}")

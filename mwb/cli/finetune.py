@@ -80,3 +80,7 @@ def finetune():
 
 
 finetune.add_command(_task_command("race"))
+
+from .retrieval_cmds import dpr  # noqa: E402  (DPR bi-encoder fine-tuning, mwb/retrieval)
+
+finetune.add_command(dpr)

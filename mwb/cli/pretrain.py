@@ -61,3 +61,7 @@ def pretrain():
 pretrain.add_command(_command("gpt", "gpt-tiny"))
 pretrain.add_command(_command("bert", "bert-tiny"))
 pretrain.add_command(_command("t5", "t5-tiny"))
+
+from .retrieval_cmds import ict  # noqa: E402  (bi-encoder ICT pretraining, mwb/retrieval)
+
+pretrain.add_command(ict)

@@ -53,6 +53,10 @@ class HFTokenizer(Tokenizer):
     kind = "huggingface"
 
     def __init__(self, tok, path: str, kind: Optional[str] = None, overrides: Optional[dict] = None):
+        # A tokenizer.json may carry padding/truncation (sentence-transformers exports pad and cut every text
+        # to 128): mwb's data paths cut and pad themselves, so encode() must return the text's own ids.
+        tok.no_padding()
+        tok.no_truncation()
         self._tok = tok
         if kind:
             self.kind = kind

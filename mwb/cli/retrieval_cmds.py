@@ -1,0 +1,92 @@
+"""``mwb pretrain ict`` and ``mwb finetune dpr``: bi-encoder training commands (logic in mwb.retrieval.train).
+
+Both take the shared training flags plus the bi-encoder's own settings and run with no arguments on the
+bundled Wikipedia sample (``ict``: its passages as blocks; ``dpr``: a small DPR-format JSON made from it).
+``--checkpoint`` starts from a Hugging Face BERT directory, an mwb BERT checkpoint or an earlier bi-encoder.
+"""
+from __future__ import annotations
+
+import os
+
+import click
+
+from .options import build_config, default_out, training_options
+
+
+def _biencoder_options(fn):
+    opts = [
+        click.option("--checkpoint", default=None,
+                     help="Initial weights: Hugging Face BERT directory, mwb BERT or bi-encoder checkpoint."),
+        click.option("--shared/--separate", "shared", default=None,
+                     help="One tower for questions and passages, or two (default: separate, or the checkpoint's)."),
+        click.option("--pooling", type=click.Choice(["cls", "mean"]), default=None, help="Embedding pooling."),
+        click.option("--projection-dim", type=int, default=None, help="Add a linear projection to this size."),
+        click.option("--normalize/--no-normalize", default=None, help="L2-normalise embeddings."),
+        click.option("--score-scale", type=click.Choice(["none", "sqrt", "temperature"]), default=None,
+                     help="Divide scores by nothing, √d, or --temperature."),
+        click.option("--temperature", type=float, default=None, help="Score temperature (--score-scale temperature)."),
+        click.option("--query-length", type=int, default=None, help="Question tokens (default 32); passages use --seq-length."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _rcfg_flags(kw: dict, **extra) -> dict:
+    keys = ("shared", "pooling", "projection_dim", "normalize", "score_scale", "temperature", "query_length")
+    out = {k: kw.pop(k) for k in keys if k in kw}
+    out.update(extra)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _run(kind: str, kw: dict, data, valid, rcfg_flags: dict) -> None:
+    from mwb.retrieval.train import base_config, plan_run, train_retriever
+
+    checkpoint = kw.pop("checkpoint", None)
+    out = kw.get("out") or default_out(f"{'pretrain' if kind == 'ict' else 'finetune'}-{kind}")
+    resume_cfg = os.path.join(out, "config.yaml")
+    if kw.get("resume") and os.path.exists(resume_cfg):
+        import yaml
+
+        from mwb.core.config import RunConfig, update
+        with open(resume_cfg) as f:
+            tree = yaml.safe_load(f) or {}
+        saved_rcfg = tree.pop("biencoder", None) or {}
+        tree.pop("derived", None)
+        base, source = update(RunConfig(), tree), None
+        rcfg_flags = {**saved_rcfg, **rcfg_flags}
+    else:
+        base, source = base_config(kind, checkpoint)
+    cfg = build_config(None, kw, base=base)
+    cfg, plan = plan_run(kind, cfg, rcfg_flags, data, valid, checkpoint, source)
+    train_retriever(cfg, plan, out, kw.get("nproc"), kw.get("resume", False))
+
+
+@click.command(name="ict", help="Pretrain a bi-encoder with the inverse cloze task (ICT) on an evidence corpus.\n\n"
+               "A random sentence of each passage is the pseudo-query and the passage (the sentence removed 90% "
+               "of the time) its positive; other passages of the batch, across data-parallel ranks, are the "
+               "negatives. With no arguments: a tiny BERT bi-encoder on the bundled Wikipedia sample.")
+@training_options
+@_biencoder_options
+@click.option("--evidence", default=None, type=click.Path(),
+              help="Evidence TSV (id<TAB>text<TAB>title, DPR's format); default: the bundled sample.")
+@click.option("--valid", default=None, type=click.Path(), help="Held-out evidence TSV (default: every 20th passage).")
+@click.option("--query-in-block-prob", type=float, default=None,
+              help="Chance the pseudo-query stays in its block (default 0.1).")
+def ict(evidence, valid, query_in_block_prob, **kw):
+    flags = _rcfg_flags(kw, query_in_block_prob=query_in_block_prob)
+    _run("ict", kw, evidence, valid, flags)
+
+
+@click.command(name="dpr", help="Fine-tune a DPR bi-encoder on DPR's JSON (question, answers, positive_ctxs, "
+               "hard_negative_ctxs) with in-batch negatives across data-parallel ranks and hard negatives.\n\n"
+               "With no arguments: a tiny BERT bi-encoder on a bundled DPR-format sample. Writes OUT/results.json "
+               "with DPR's validation ranks; evaluate retrieval with `mwb eval qa --checkpoint OUT`.")
+@training_options
+@_biencoder_options
+@click.option("--data", default=None, type=click.Path(), help="DPR training JSON (default: the bundled sample).")
+@click.option("--valid", default=None, type=click.Path(), help="DPR dev JSON (default: last 10% of --data).")
+@click.option("--hard-negatives", type=int, default=None, help="Hard negatives per question (default 1).")
+def dpr(data, valid, hard_negatives, **kw):
+    flags = _rcfg_flags(kw, hard_negatives=hard_negatives)
+    _run("dpr", kw, data, valid, flags)

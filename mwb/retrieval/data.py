@@ -1,0 +1,165 @@
+"""Training samples for the bi-encoder: ICT pseudo-queries from an evidence corpus, and DPR's JSON.
+
+Both datasets return the same fixed-shape sample, so one spec trains either:
+``q_tokens``/``q_mask`` ``[query_length]`` and ``c_tokens``/``c_mask`` ``[n, context_length]`` where row 0 is
+the positive context and rows 1… are hard negatives (``n = 1`` for ICT). Sample ``i`` is a pure function of
+``(seed, i)``: the trainer's sample-to-rank assignment (:mod:`mwb.core.training.batches`) then gives every
+parallel layout the same global batches. Records are visited in a fresh permutation each epoch, so
+consecutive samples (the in-batch negatives of each other) come from unrelated passages.
+
+ICT (Lee et al. 2019; Megatron's ``ICTDataset``): a block is an evidence passage with its title; a random
+sentence is the pseudo-query and the block is its positive; the sentence is removed from the block with
+probability ``1 - query_in_block_prob`` (0.9 by default), so the model cannot rely on exact overlap alone.
+
+DPR (Karpukhin et al. 2020): the first positive context is the positive (DPR's default); hard negatives are a
+per-sample random choice of ``hard_negatives`` from ``hard_negative_ctxs``, topped up from ``negative_ctxs``
+and then from other questions' positives when a record has too few, so every sample has the same shape.
+Records without positives are dropped, as DPR does.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from mwb.core.data.sentences import split_sentences
+from mwb.core.errors import DataError
+
+from .text import pad_batch, specials
+
+EPOCH_SAMPLES = 10**9
+
+
+class _Permuted:
+    """Sample ``i`` → record index: a new permutation of ``n`` records every epoch, seeded by (seed, epoch)."""
+
+    def __init__(self, n: int, seed: int, num_samples: Optional[int]) -> None:
+        if n == 0:
+            raise DataError("no usable training records")
+        self.n, self.seed = n, seed
+        self.num_samples = num_samples or EPOCH_SAMPLES
+        self._perm: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def record(self, i: int) -> int:
+        epoch, j = divmod(int(i), self.n)
+        if epoch not in self._perm:
+            if len(self._perm) > 4:
+                self._perm.clear()
+            self._perm[epoch] = np.random.default_rng([self.seed, 7, epoch]).permutation(self.n)
+        return int(self._perm[epoch][j])
+
+
+def _sample(q: list, ctxs: list, rcfg, pad: int) -> dict:
+    qt, qm = pad_batch([q], pad, rcfg.query_length)
+    ct, cm = pad_batch(ctxs, pad, rcfg.context_length)
+    return {"q_tokens": qt[0], "q_mask": qm[0], "c_tokens": ct, "c_mask": cm}
+
+
+def _context(cls: int, sep: int, title: list, body: list, max_len: int) -> list:
+    seq = [cls] + (title + [sep] if title else []) + body
+    return seq[: max_len - 1] + [sep]
+
+
+class ICTDataset(_Permuted):
+    """Inverse cloze task samples from evidence passages (those with at least two sentences)."""
+
+    def __init__(self, evidence, tok, rcfg, seed: int, rows=None, num_samples: Optional[int] = None) -> None:
+        self.cls, self.sep, self.pad = specials(tok)
+        self.rcfg = rcfg
+        rows = range(len(evidence)) if rows is None else rows
+        self.blocks = []
+        for r in rows:
+            sents = [s.strip() for s in split_sentences(evidence.texts[r]) if s.strip()]
+            if len(sents) >= 2:
+                self.blocks.append((evidence.titles[r], sents))
+        if not self.blocks:
+            raise DataError(f"{evidence.path}: no passage has two or more sentences; ICT needs multi-sentence blocks")
+        flat = [" " + s for _, sents in self.blocks for s in sents]  # as inside a text (byte-level BPE)
+        ids = tok.encode_batch(flat)
+        titles = tok.encode_batch([t or "" for t, _ in self.blocks])
+        self.tokens, k = [], 0
+        for (title, sents), tid in zip(self.blocks, titles):
+            self.tokens.append((tid if title else [], ids[k:k + len(sents)]))
+            k += len(sents)
+        super().__init__(len(self.blocks), seed, num_samples)
+
+    def __getitem__(self, i: int) -> dict:
+        title, sents = self.tokens[self.record(i)]
+        rng = np.random.default_rng([self.seed, 11, int(i)])
+        s = int(rng.integers(len(sents)))
+        query = [self.cls] + sents[s][: self.rcfg.query_length - 2] + [self.sep]
+        keep = rng.random() < self.rcfg.query_in_block_prob
+        body = [t for j, sent in enumerate(sents) if keep or j != s for t in sent]
+        return _sample(query, [_context(self.cls, self.sep, title, body, self.rcfg.context_length)], self.rcfg,
+                       self.pad)
+
+
+def read_dpr_json(path: str) -> list[dict]:
+    """DPR's training/dev JSON (a list of records; ``.gz`` and jsonl also read); records need a question
+    and at least one positive context (others are dropped, as in DPR)."""
+    path = os.path.expanduser(str(path))
+    if not os.path.isfile(path):
+        raise DataError(f"DPR data file not found: {path}")
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: not DPR JSON (a list of records) nor jsonl ({e})") from None
+    if not isinstance(data, list):
+        raise DataError(f"{path}: DPR JSON must be a list of records")
+    out = []
+    for n, r in enumerate(data):
+        if not isinstance(r, dict) or "question" not in r:
+            raise DataError(f"{path}: record {n + 1} has no 'question'")
+        if r.get("positive_ctxs"):
+            out.append(r)
+    if not out:
+        raise DataError(f"{path}: no record has positive_ctxs")
+    return out
+
+
+class DPRDataset(_Permuted):
+    """Question, positive and hard negatives from DPR-format records."""
+
+    def __init__(self, records: list, tok, rcfg, seed: int, num_samples: Optional[int] = None) -> None:
+        self.cls, self.sep, self.pad = specials(tok)
+        self.records, self.tok, self.rcfg = records, tok, rcfg
+        super().__init__(len(records), seed, num_samples)
+
+    def _ctx_ids(self, ctxs: list) -> list:
+        titles = self.tok.encode_batch([c.get("title") or "" for c in ctxs])
+        bodies = self.tok.encode_batch([c.get("text") or "" for c in ctxs])
+        return [_context(self.cls, self.sep, t if c.get("title") else [], b, self.rcfg.context_length)
+                for c, t, b in zip(ctxs, titles, bodies)]
+
+    def contexts_for(self, r: int, rng) -> list:
+        rec, n = self.records[r], self.rcfg.hard_negatives
+        hard = list(rec.get("hard_negative_ctxs") or [])
+        chosen = [hard[j] for j in rng.permutation(len(hard))[:n]]
+        other = list(rec.get("negative_ctxs") or [])
+        chosen += [other[j] for j in rng.permutation(len(other))[: n - len(chosen)]]
+        while len(chosen) < n and len(self.records) > 1:  # top up with another question's positive
+            j = int(rng.integers(len(self.records)))
+            if j != r:
+                chosen.append(self.records[j]["positive_ctxs"][0])
+        if len(chosen) < n:
+            raise DataError(f"DPR record {r} has fewer than {n} negatives and there is no other record to borrow "
+                            f"from; lower --hard-negatives")
+        return [rec["positive_ctxs"][0]] + chosen[:n]
+
+    def __getitem__(self, i: int) -> dict:
+        r = self.record(i)
+        rng = np.random.default_rng([self.seed, 13, int(i)])
+        q = [self.cls] + self.tok.encode(str(self.records[r]["question"]))[: self.rcfg.query_length - 2] + [self.sep]
+        return _sample(q, self._ctx_ids(self.contexts_for(r, rng)), self.rcfg, self.pad)

@@ -1,0 +1,181 @@
+"""Reading retrieval data in the official formats and turning text into bi-encoder inputs.
+
+Formats (those of the DPR release, so its files work unchanged):
+
+* evidence: ``id \\t text \\t title`` per line with a header (DPR's ``psgs_w100.tsv``), optionally gzipped;
+  read with the ``csv`` module as DPR does, so quoted fields with tabs or doubled quotes survive;
+* questions: NQ-open style ``question \\t ["answer", ...]`` lines (DPR's ``*.qa.csv`` are tab-separated
+  despite the name; comma-separated files work too), or jsonl/json records with ``question`` and
+  ``answers`` (or ``answer``);
+* DPR training JSON: a list of ``{question, answers, positive_ctxs, hard_negative_ctxs, negative_ctxs}``
+  with ``{title, text}`` contexts (read in :mod:`.data`).
+
+Inputs follow DPR's tensorizer: a question is ``[CLS] q [SEP]``, a passage ``[CLS] title [SEP] text [SEP]``
+(``[CLS] text [SEP]`` without a title), cut to the maximum length with the last token kept ``[SEP]``;
+token types are all zero (DPR passes zero segments), padding is masked out of attention and pooling.
+"""
+from __future__ import annotations
+
+import ast
+import csv
+import gzip
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from mwb.core.errors import DataError
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bundled")
+BUNDLED_EVIDENCE = os.path.join(DATA_DIR, "wiki_passages.tsv.gz")
+BUNDLED_QUESTIONS = os.path.join(DATA_DIR, "wiki_questions.jsonl")
+BUNDLED_DPR_TRAIN = os.path.join(DATA_DIR, "dpr_train_sample.json.gz")
+
+
+def open_text(path: str):
+    """A text handle for ``path``, transparently gunzipping ``*.gz``; a DataError if it is missing."""
+    path = os.path.expanduser(str(path))
+    if not os.path.isfile(path):
+        raise DataError(f"file not found: {path}")
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _raise_field_limit() -> None:
+    limit = sys.maxsize
+    while True:  # csv's limit is a C long; halve until it fits
+        try:
+            csv.field_size_limit(limit)
+            return
+        except OverflowError:
+            limit //= 2
+
+
+@dataclass
+class Evidence:
+    """An evidence corpus in memory: parallel lists of passage ids, texts and titles."""
+    path: str
+    ids: list = field(default_factory=list)
+    texts: list = field(default_factory=list)
+    titles: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def read_evidence(path: str) -> Evidence:
+    """DPR's ``id \\t text \\t title`` TSV (header line optional, ``.gz`` allowed)."""
+    _raise_field_limit()
+    ev = Evidence(os.path.abspath(os.path.expanduser(str(path))))
+    with open_text(path) as f:
+        for n, row in enumerate(csv.reader(f, delimiter="\t")):
+            if not row or (n == 0 and row[0].strip().lower() == "id"):
+                continue
+            if len(row) < 2:
+                raise DataError(f"{path}:{n + 1}: expected 'id<TAB>text<TAB>title', got {len(row)} column(s)")
+            ev.ids.append(row[0])
+            ev.texts.append(row[1])
+            ev.titles.append(row[2] if len(row) > 2 else "")
+    if not ev.ids:
+        raise DataError(f"{path}: no passages (expected DPR's 'id<TAB>text<TAB>title' TSV)")
+    return ev
+
+
+def _answers(value, where: str) -> list[str]:
+    if isinstance(value, str):
+        for parse in (json.loads, ast.literal_eval):
+            try:
+                parsed = parse(value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            if isinstance(parsed, (list, tuple)):
+                return [str(a) for a in parsed]
+            if isinstance(parsed, str):
+                return [parsed]
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [str(a) for a in value]
+    raise DataError(f"{where}: answers must be a list of strings, got {type(value).__name__}")
+
+
+def read_questions(path: str) -> list[dict]:
+    """``[{"question": str, "answers": [str, ...]}]`` from NQ-open TSV/CSV or jsonl/json."""
+    p = os.path.expanduser(str(path))
+    name = p[:-3] if p.endswith(".gz") else p
+    out = []
+    if name.endswith((".jsonl", ".json")):
+        with open_text(p) as f:
+            text = f.read()
+        try:
+            records = json.loads(text) if name.endswith(".json") else \
+                [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: not valid JSON ({e})") from None
+        if isinstance(records, dict):
+            records = records.get("data") or [records]
+        for i, r in enumerate(records):
+            if "question" not in r:
+                raise DataError(f"{path}: record {i + 1} has no 'question' field")
+            ans = r.get("answers", r.get("answer"))
+            if ans is None:
+                raise DataError(f"{path}: record {i + 1} has no 'answers' (or 'answer') field")
+            out.append({"question": str(r["question"]), "answers": _answers(ans, f"{path}: record {i + 1}")})
+    else:
+        with open_text(p) as f:
+            body = f.read()
+        first = body.split("\n", 1)[0]
+        delim = "\t" if "\t" in first else ","
+        for n, row in enumerate(csv.reader(io.StringIO(body), delimiter=delim)):
+            if not row or not row[0].strip():
+                continue
+            if len(row) < 2:
+                raise DataError(f"{path}:{n + 1}: expected 'question<TAB>[\"answer\", ...]'")
+            if n == 0 and row[0].strip().lower() == "question" and row[1].strip().lower() in ("answers", "answer"):
+                continue
+            out.append({"question": row[0], "answers": _answers(row[1], f"{path}:{n + 1}")})
+    if not out:
+        raise DataError(f"{path}: no questions found")
+    return out
+
+
+# ----------------------------------------------------------------------------------------- tokenising
+
+
+def specials(tok) -> tuple[int, int, int]:
+    """(cls, sep, pad) ids; a DataError naming the missing token for a tokenizer without them."""
+    tok.require("cls", "sep", purpose="a BERT bi-encoder")
+    return tok.cls, tok.sep, (tok.pad if tok.pad is not None else 0)
+
+
+def query_ids(tok, texts: Sequence[str], max_len: int) -> list[list[int]]:
+    cls, sep, _ = specials(tok)
+    return [[cls] + ids[: max_len - 2] + [sep] for ids in tok.encode_batch(list(texts))]
+
+
+def context_ids(tok, titles: Sequence[Optional[str]], texts: Sequence[str], max_len: int) -> list[list[int]]:
+    cls, sep, _ = specials(tok)
+    bodies = tok.encode_batch(list(texts))
+    heads = tok.encode_batch([t or "" for t in titles])
+    out = []
+    for title, head, body in zip(titles, heads, bodies):
+        seq = [cls] + (head + [sep] if title else []) + body
+        seq = seq[: max_len - 1] + [sep]
+        out.append(seq)
+    return out
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, mask) int64 arrays ``[n, length]`` (default: the longest sequence)."""
+    length = length or max((len(s) for s in seqs), default=1)
+    tokens = np.full((len(seqs), length), pad_id, dtype=np.int64)
+    mask = np.zeros((len(seqs), length), dtype=np.int64)
+    for i, s in enumerate(seqs):
+        s = list(s)[:length]
+        tokens[i, : len(s)] = s
+        mask[i, : len(s)] = 1
+    return tokens, mask

@@ -1,0 +1,251 @@
+"""``mwb pretrain ict`` and ``mwb finetune dpr``: train a bi-encoder with the shared trainer, log, checkpoint.
+
+The flow is ``mwb pretrain``'s (:mod:`mwb.pretraining.run`): the launching process resolves the tokenizer,
+data and initial weights once (:func:`plan_run`), then every rank runs :func:`rank_main` — on this process,
+under ``torchrun``, or on ``--nproc N`` spawned ranks. Each rank builds the datasets (deterministic, so
+identical everywhere), a :class:`~mwb.core.training.trainer.Trainer` over :class:`~.specs.BiEncoderSpec`,
+optionally copies initial weights in (a Hugging Face / mwb BERT into both towers, or an earlier bi-encoder),
+and trains. Checkpoints carry the tokenizer and ``biencoder/biencoder.json``, so ``mwb eval qa --checkpoint
+OUT`` and ``--resume`` need nothing else. ``finetune dpr`` ends with DPR's validation view (every held-out
+question ranks all held-out contexts) in ``OUT/results.json``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from typing import Optional
+
+from mwb.core.config import ConfigError, RunConfig, dump_yaml, update
+from mwb.core.presets import apply_preset
+
+from .biencoder import RetrievalConfig
+from .text import BUNDLED_DPR_TRAIN, BUNDLED_EVIDENCE
+
+KINDS = ("ict", "dpr")
+# Bundled-default schedules: a tiny BERT trains in about a minute on two CPU cores.
+DEFAULTS = {
+    "ict": {"train": {"steps": 150, "micro_batch_size": 32, "global_batch_size": 32, "seq_length": 128,
+                      "eval_interval": 50, "eval_steps": 2},
+            "optim": {"lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 10}},
+    "dpr": {"train": {"steps": 50, "micro_batch_size": 16, "global_batch_size": 16, "seq_length": 128,
+                      "eval_interval": 25, "eval_steps": 2},
+            "optim": {"lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 10}},
+}
+PRETRAINED_LR = 2e-5  # DPR's learning rate when starting from a pretrained encoder
+# From random weights, [CLS] vectors are nearly input-independent and unscaled scores (norm² ≈ h) saturate the
+# softmax: training collapses to uniform scores. Mean pooling of L2-normalised embeddings with a temperature
+# (cosine / 0.05, as in contrastive sentence encoders) learns within the bundled budget instead, and one
+# shared tower keeps questions and passages in one space (two random towers drift apart on so little data).
+FROM_SCRATCH = RetrievalConfig(shared=True, pooling="mean", normalize=True, score_scale="temperature",
+                               temperature=0.05)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrieverPlan:
+    """What every rank needs: which objective, tokenizer, data files, initial weights and bi-encoder settings."""
+    kind: str
+    tokenizer: str
+    vocab_size: int
+    data: str
+    valid: Optional[str]
+    init: Optional[str]
+    rcfg: dict
+
+
+def base_config(kind: str, checkpoint: Optional[str]) -> tuple[RunConfig, Optional[object]]:
+    """Preset + bundled-default schedule, with the model section of ``checkpoint`` when one is given (flags,
+    ``--config`` and ``--set`` apply on top). Returns (config, opened source or None)."""
+    cfg = update(apply_preset(RunConfig(), "bert-tiny"), DEFAULTS[kind])
+    if not checkpoint:
+        return cfg, None
+    from .loading import open_source, with_model
+
+    source = open_source(checkpoint)
+    cfg = update(with_model(cfg, source), {"optim": {"lr": PRETRAINED_LR, "min_lr": PRETRAINED_LR / 10}})
+    return cfg, source
+
+
+def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], valid: Optional[str],
+             checkpoint: Optional[str], source=None) -> tuple[RunConfig, RetrieverPlan]:
+    """Resolve tokenizer, vocabulary, data and settings once, before any rank starts."""
+    from mwb.core.data.bundled import tokenizer_file
+    from mwb.core.tokenizers import load_tokenizer
+
+    from .text import specials
+
+    if kind not in KINDS:
+        raise ConfigError(f"unknown retriever objective '{kind}'")
+    base = RetrievalConfig()
+    if source is None and checkpoint:
+        from .loading import open_source
+        source = open_source(checkpoint)
+    if source is not None and source.own_settings:
+        base = source.rcfg  # continue an earlier bi-encoder / a sentence-transformers model as it was
+        if source.kind == "hf" and base.normalize:  # cosine scores: sentence-transformers trains them ×20
+            base = base.replace(score_scale="temperature", temperature=0.05)
+    elif source is None:
+        base = FROM_SCRATCH
+    elif kind == "ict":
+        base = base.replace(score_scale="sqrt")  # Megatron's ICT recipe (--retriever-score-scaling)
+    rcfg = base.replace(**{"context_length": cfg.train.seq_length, **rcfg_flags})
+    if source is not None and cfg.model.vocab_size not in (None, source.vocab_size):
+        raise ConfigError(f"model.vocab_size {cfg.model.vocab_size} differs from the checkpoint's {source.vocab_size}")
+    tok_path = cfg.data.tokenizer or (source.tokenizer if source is not None else tokenizer_file())
+    if not tok_path:
+        raise ConfigError(f"{checkpoint} names no tokenizer: pass --tokenizer PATH")
+    tok = load_tokenizer(tok_path)
+    specials(tok)
+    vocab = source.vocab_size if source is not None else (cfg.model.vocab_size or tok.vocab_size)
+    if vocab < tok.vocab_size:
+        raise ConfigError(f"vocabulary size {vocab} is smaller than the tokenizer's {tok.vocab_size}")
+    if rcfg.context_length > cfg.model.max_position_embeddings or rcfg.query_length > cfg.model.max_position_embeddings:
+        raise ConfigError(f"sequence lengths exceed model.max_position_embeddings={cfg.model.max_position_embeddings}")
+    data = data or (BUNDLED_EVIDENCE if kind == "ict" else BUNDLED_DPR_TRAIN)
+    for p in (data, valid):
+        if p and not os.path.isfile(os.path.expanduser(p)):
+            from mwb.core.errors import DataError
+            raise DataError(f"data file not found: {p}")
+    cfg = update(cfg, {"model": {"vocab_size": vocab}, "data": {"tokenizer": tok_path}})
+    plan = RetrieverPlan(kind, tok_path, vocab, os.path.abspath(os.path.expanduser(data)),
+                         os.path.abspath(os.path.expanduser(valid)) if valid else None,
+                         os.path.abspath(checkpoint) if checkpoint else None, dataclasses.asdict(rcfg))
+    return cfg, plan
+
+
+def open_datasets(plan: RetrieverPlan, tok, rcfg: RetrievalConfig, seed: int):
+    """(train, valid or None). Without ``--valid``, every 20th ICT block / the last 10% of DPR records are
+    held out (only when there are enough to spare)."""
+    from .data import DPRDataset, ICTDataset, read_dpr_json
+
+    if plan.kind == "ict":
+        from .text import read_evidence
+        ev = read_evidence(plan.data)
+        if plan.valid:
+            return ICTDataset(ev, tok, rcfg, seed), ICTDataset(read_evidence(plan.valid), tok, rcfg, seed + 1)
+        if len(ev) < 40:
+            return ICTDataset(ev, tok, rcfg, seed), None
+        rows = range(len(ev))
+        return (ICTDataset(ev, tok, rcfg, seed, [r for r in rows if r % 20 != 19]),
+                ICTDataset(ev, tok, rcfg, seed + 1, [r for r in rows if r % 20 == 19]))
+    records = read_dpr_json(plan.data)
+    if plan.valid:
+        return DPRDataset(records, tok, rcfg, seed), DPRDataset(read_dpr_json(plan.valid), tok, rcfg, seed + 1)
+    if len(records) < 20:
+        return DPRDataset(records, tok, rcfg, seed), None
+    cut = len(records) - max(2, len(records) // 10)
+    return DPRDataset(records[:cut], tok, rcfg, seed), DPRDataset(records[cut:], tok, rcfg, seed + 1)
+
+
+def _initialise(trainer, path: str, say) -> None:
+    """Copy initial weights into the (possibly TP-sharded) model and refresh the optimizer's fp32 masters."""
+    import torch
+
+    from .loading import fill_biencoder, open_source
+
+    source = open_source(path)
+    kept = fill_biencoder(trainer.model, source)
+    with torch.no_grad():
+        for pc in trainer.optimizer.pieces:  # low-precision params have separate fp32 masters
+            if not pc.alias:
+                pc.master.copy_(pc.param.data.view(-1)[pc.lo:pc.hi].float())
+    say(f"mwb: initialised from {source.description}" + (f"; new layers {', '.join(kept)}" if kept else ""),
+        file=sys.stderr)
+
+
+def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> None:
+    """Everything one rank does; rank 0 alone writes logs, results and prints."""
+    from mwb.core import checkpoint
+    from mwb.core.config import to_dict
+    from mwb.core.tokenizers import load_tokenizer
+    from mwb.core.training.launch import init_distributed
+    from mwb.core.training.metrics_log import MetricsLogger
+    from mwb.core.training.trainer import Trainer
+
+    from .loading import write_config_file
+    from .specs import BiEncoderSpec, retrieval_metrics
+
+    cfg = update(RunConfig(), cfg_tree)
+    rcfg = RetrievalConfig.from_dict(plan.rcfg)
+    rank, world, device = init_distributed(cfg.parallel.timeout_s)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    tok = load_tokenizer(plan.tokenizer)
+    train, valid = open_datasets(plan, tok, rcfg, cfg.train.seed)
+    trainer = Trainer(cfg, BiEncoderSpec(cfg, plan.vocab_size, rcfg), train, valid, world_size=world, device=device)
+    ckpt_root = os.path.join(out, "checkpoints")
+    latest = checkpoint.latest_dir(ckpt_root) if resume else None
+    start = 0
+    if latest is not None:
+        start = checkpoint.load(trainer, latest)
+        say(f"mwb: resumed from {latest} (step {start})", file=sys.stderr)
+    elif plan.init:
+        _initialise(trainer, plan.init, say)
+    extras = {"tokenizer": plan.tokenizer}
+    if rank == 0:
+        os.makedirs(out, exist_ok=True)
+        extras["biencoder"] = write_config_file(rcfg, out)
+        dump_yaml(cfg, os.path.join(out, "config.yaml"),
+                  extra={"biencoder": dataclasses.asdict(rcfg),
+                         "derived": {"objective": plan.kind, "world_size": world, "dp": trainer.dims.dp,
+                                     "data": plan.data, "valid": plan.valid, "init": plan.init}})
+        n = sum(math.prod(getattr(p, "full_shape", p.shape)) for p in trainer.model.parameters())
+        say(f"mwb: {plan.kind} bi-encoder ({'shared' if rcfg.shared else 'separate'} towers, {n / 1e6:.2f}M "
+            f"parameters) on {world} rank(s): tp {trainer.dims.tp} dp {trainer.dims.dp}; in-batch negatives "
+            f"per forward: {cfg.train.micro_batch_size * trainer.dims.dp} questions", file=sys.stderr)
+    logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
+                           progress=cfg.logging.progress, world_size=world, start_step=start)
+    trainer.install_signal_handlers()
+    t = cfg.train
+    saved = [None]
+
+    def after_step(tr, res, stop):
+        logger.log_step(res)
+        if valid is not None and ((t.eval_interval and res.step % t.eval_interval == 0) or res.step == t.steps):
+            logger.log_valid(res.step, tr.evaluate())
+        if stop or res.step == t.steps or (t.save_interval and res.step % t.save_interval == 0):
+            saved[0] = checkpoint.save(tr, ckpt_root, keep_last=t.keep_last, extra_files=extras)
+        if stop:
+            say(f"\nmwb: stopped by signal after step {res.step}; checkpoint saved, continue with --resume",
+                file=sys.stderr)
+
+    t0 = time.time()
+    history = trainer.run(after_step)
+    logger.close()
+    metrics = {}
+    if plan.kind == "dpr":
+        metrics = retrieval_metrics(trainer.model, valid if valid is not None else train, rcfg, device)
+        if history:
+            metrics["train_loss"] = history[-1].loss
+    if rank == 0:
+        say(f"mwb: {trainer.step} steps in {time.time() - t0:.1f} s")
+        say(f"mwb: run directory   {os.path.abspath(out)}")
+        say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
+        if saved[0]:
+            say(f"mwb: checkpoint      {saved[0]}")
+        if metrics:
+            from mwb.evaluation.results import write_results
+            path = write_results(out, "dpr", metrics, checkpoint=saved[0], config=to_dict(cfg),
+                                 extra={"data": plan.data, "valid": plan.valid, "init": plan.init,
+                                        "biencoder": dataclasses.asdict(rcfg), "world_size": world})
+            say("mwb: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
+            say(f"mwb: results         {path}")
+        say(f"mwb: evaluate with   mwb eval qa --checkpoint {os.path.abspath(out)}")
+
+
+def train_retriever(cfg: RunConfig, plan: RetrieverPlan, out: str, nproc: Optional[int], resume: bool) -> None:
+    """Run :func:`rank_main` on this process, under torchrun, or on ``nproc`` spawned ranks."""
+    from mwb.core.training.launch import launch, under_launcher
+    from mwb.core.training.trainer import parallel_dims
+
+    world = int(os.environ["WORLD_SIZE"]) if under_launcher() else (nproc or 1)
+    dims = parallel_dims(cfg, world)
+    if dims.pp > 1:
+        from mwb.core.parallel.dims import LayoutError
+        raise LayoutError("bi-encoder training does not support pipeline parallelism; use --pp 1")
+    tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
+    if under_launcher() or world == 1:
+        rank_main(tree, plan, out, resume)
+    else:
+        launch(rank_main, world, tree, plan, out, resume)

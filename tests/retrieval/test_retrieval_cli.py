@@ -1,0 +1,106 @@
+"""The commands end to end, in process, on tiny synthetic data: ``mwb finetune dpr`` writes a checkpoint that
+``mwb eval qa`` indexes and evaluates side by side with BM25 (and reuses on the second run), ``mwb pretrain
+ict`` trains and resumes, the default-encoder fallback says what it picked, and bad flags fail in one line."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss")
+pytest.importorskip("bm25s")
+
+from mwb.cli.main import main
+
+from .retrieval_helpers import make_tokenizer, passages, sentence_text, write_dpr_json
+
+TINY = ["--set", "model.num_layers=1", "--set", "model.hidden_size=32", "--set", "model.num_attention_heads=2",
+        "--set", "model.max_position_embeddings=32", "--seq-length", "24", "--query-length", "8",
+        "--micro-batch-size", "4", "--global-batch-size", "4", "--eval-interval", "0"]
+
+
+def _run(argv, capsys):
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("qa")
+    tok = make_tokenizer(str(d / "tok"))
+    texts = passages(30, seed=21, length=15)
+    with open(d / "ev.tsv", "w") as f:
+        f.write("id\ttext\ttitle\n" + "".join(f"p{i}\t{sentence_text(t)}\t\n" for i, t in enumerate(texts)))
+    rng = np.random.default_rng(0)
+    with open(d / "q.tsv", "w") as f:  # NQ-open layout: question <TAB> python-style list of answers
+        for t in texts[:12]:
+            words = t.split()
+            f.write(f"{' '.join(words[:6])}?\t{json.dumps([words[int(rng.integers(6, 15))]])}\n")
+    return {"dir": d, "tok": tok, "ev": str(d / "ev.tsv"), "q": str(d / "q.tsv"),
+            "dpr": write_dpr_json(str(d / "train.json"), 24, seed=2)}
+
+
+def test_finetune_dpr_then_eval_qa_reusing_the_index(files, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    out = str(tmp_path / "dpr")
+    code, so, err = _run(["finetune", "dpr", "--data", files["dpr"], "--tokenizer", files["tok"], "--steps", "2",
+                          "--out", out, *TINY], capsys)
+    assert code == 0, err
+    step = os.path.join(out, "checkpoints", "step_2")
+    assert os.path.isfile(os.path.join(step, "biencoder", "biencoder.json"))
+    res = json.load(open(os.path.join(out, "results.json")))
+    assert res["task"] == "dpr" and 0 <= res["metrics"]["valid_top1"] <= 1 and res["biencoder"]["shared"]
+    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert [r["step"] for r in recs if "split" not in r] == [1, 2] and recs[-1]["split"] == "valid"
+
+    args = ["eval", "qa", "--checkpoint", out, "--evidence", files["ev"], "--questions", files["q"],
+            "--top-k", "1,5"]
+    code, so, err = _run(args + ["--out", str(tmp_path / "e1")], capsys)
+    assert code == 0, err
+    assert "DPR encoder: mwb bi-encoder" in err and "retriever" in err and "bm25" in err
+    m = json.load(open(tmp_path / "e1" / "results.json"))["metrics"]
+    assert set(m) == {"dpr_top1", "dpr_top5", "bm25_top1", "bm25_top5", "num_questions"}
+    assert m["num_questions"] == 12 and m["bm25_top1"] >= 0.75 and m["dpr_top1"] <= m["dpr_top5"]
+    code, so, err = _run(args + ["--out", str(tmp_path / "e2"), "--retriever", "dpr"], capsys)
+    assert code == 0, err
+    assert "reusing cached passage embeddings" in err and "reusing cached faiss index" in err
+    m2 = json.load(open(tmp_path / "e2" / "results.json"))["metrics"]
+    assert m2["dpr_top1"] == m["dpr_top1"] and "bm25_top1" not in m2
+
+    # continue from the bi-encoder: its weights, settings and tokenizer come with it
+    code, so, err = _run(["finetune", "dpr", "--data", files["dpr"], "--checkpoint", out, "--steps", "1",
+                          "--out", str(tmp_path / "dpr2"), *TINY[8:]], capsys)
+    assert code == 0, err
+    assert "initialised from mwb bi-encoder" in err
+
+
+def test_pretrain_ict_and_resume(files, capsys, tmp_path):
+    out = str(tmp_path / "ict")
+    base = ["pretrain", "ict", "--evidence", files["ev"], "--tokenizer", files["tok"], "--out", out, *TINY]
+    code, _, err = _run(base + ["--steps", "2"], capsys)
+    assert code == 0, err
+    code, _, err = _run(base + ["--steps", "3", "--resume"], capsys)
+    assert code == 0 and "resumed from" in err, err
+    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert [r["step"] for r in recs if "split" not in r] == [1, 2, 3]
+
+
+def test_default_encoder_fallback_and_errors(capsys, tmp_path, monkeypatch):
+    from mwb.retrieval import qa_task
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(qa_task, "minilm_dir", lambda: None)
+    said = []
+    path = qa_task.QATask.default_checkpoint(said.append)
+    assert "UNTRAINED" in said[0] and os.path.isfile(os.path.join(path, "biencoder", "biencoder.json"))
+    capsys.readouterr()
+    code, _, err = _run(["eval", "qa", "--retriever", "tfidf", "--checkpoint", path], capsys)
+    assert code == 2 and "--retriever" in err and len(err.strip().splitlines()) == 1
+    code, _, err = _run(["pretrain", "ict", "--pp", "2", "--nproc", "2"], capsys)
+    assert code == 2 and "pipeline" in err
