@@ -22,7 +22,6 @@ def _command(arch: str, preset: str):
                   help="Megatron-style weighted data prefixes.")
     @click.argument("data_rest", nargs=-1, metavar="")
     def cmd(data_first, data_rest, **kw):
-        from mwb.core.config import RunConfig, load_yaml
         from mwb.pretraining.run import pretrain
 
         if data_rest and data_first is None:

@@ -56,14 +56,9 @@ def _hf_pairs(num_layers: int):
     yield "embeddings.token_type_embeddings.weight", "embed.tokentype.weight"
     for s in ("weight", "bias"):
         yield f"embeddings.LayerNorm.{s}", f"embed_norm.{s}"
+    from mwb.core.convert.bert import layer_pairs
     for i in range(num_layers):
-        p, q = f"encoder.layer.{i}.", f"layers.{i}."
-        for a, b in (("attention.self.query", "attn.q_proj"), ("attention.self.key", "attn.k_proj"),
-                     ("attention.self.value", "attn.v_proj"), ("attention.output.dense", "attn.o_proj"),
-                     ("attention.output.LayerNorm", "ln1"), ("intermediate.dense", "mlp.up_proj"),
-                     ("output.dense", "mlp.down_proj"), ("output.LayerNorm", "ln2")):
-            for s in ("weight", "bias"):
-                yield p + f"{a}.{s}", q + f"{b}.{s}"
+        yield from layer_pairs(i, hf_prefix="")
 
 
 def _sentence_transformers_settings(path: str) -> dict:

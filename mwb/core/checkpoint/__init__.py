@@ -13,26 +13,11 @@ module, so call ``checkpoint.consolidate.consolidate``).
 """
 from __future__ import annotations
 
-import os
-from typing import Optional
 
 from ..errors import CheckpointError
-from .format import FORMAT, read_metadata
+from .format import FORMAT, latest_dir, read_metadata
 from .reader import Checkpoint, load
 from .writer import save, write_model_checkpoint
-
-
-def latest_dir(root: str) -> Optional[str]:
-    """The newest complete checkpoint directory under ``root`` (``OUT/checkpoints``), or None."""
-    path = os.path.join(root, "latest")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        name = f.read().strip()
-    d = os.path.join(root, name)
-    if not os.path.isdir(d):
-        raise CheckpointError(f"{path} names '{name}', which does not exist under {root}")
-    return d
 
 
 def load_full_model(path: str, device="cpu"):

@@ -17,7 +17,7 @@ import torch
 
 from ..config import RunConfig, update
 from ..errors import CheckpointError
-from .format import METADATA, tokenizer_path
+from .format import METADATA, latest_dir, tokenizer_path
 from .reader import Checkpoint, copy_full_tensors
 
 CONSOLIDATED = "mwb-consolidated-v1"
@@ -31,13 +31,8 @@ def resolve(path: str) -> str:
     if os.path.isfile(os.path.join(path, METADATA)):
         return path
     for root in (os.path.join(path, "checkpoints"), path):
-        latest = os.path.join(root, "latest")
-        if os.path.isfile(latest):
-            with open(latest) as f:
-                name = f.read().strip()
-            d = os.path.join(root, name)
-            if not os.path.isdir(d):
-                raise CheckpointError(f"{latest} names '{name}', which does not exist under {root}")
+        d = latest_dir(root)
+        if d is not None:
             return d
     raise CheckpointError(f"{path} is not an mwb checkpoint (no {METADATA}, checkpoints/latest or latest) nor "
                           f"a Hugging Face model directory (no config.json)")

@@ -253,3 +253,16 @@ def same_grid(a: dict, b: dict) -> bool:
 def tokenizer_path(directory: str, meta: dict) -> Optional[str]:
     rel = meta.get("tokenizer")
     return os.path.join(directory, rel) if rel else None
+
+
+def latest_dir(root: str) -> Optional[str]:
+    """The newest complete checkpoint directory under ``root`` (``OUT/checkpoints``), or None."""
+    path = os.path.join(root, "latest")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        name = f.read().strip()
+    d = os.path.join(root, name)
+    if not os.path.isdir(d):
+        raise CheckpointError(f"{path} names '{name}', which does not exist under {root}")
+    return d

@@ -51,8 +51,10 @@ def _rename_legacy(sd: dict) -> dict:
             for k, v in sd.items()}
 
 
-def _layer_pairs(i: int):
-    p, q = f"bert.encoder.layer.{i}.", f"layers.{i}."
+def layer_pairs(i: int, hf_prefix: str = "bert."):
+    """(Hugging Face name, mwb name) of every parameter of encoder layer ``i``; ``hf_prefix`` is ``"bert."``
+    inside a ``BertFor*`` model and ``""`` in a bare ``BertModel``."""
+    p, q = f"{hf_prefix}encoder.layer.{i}.", f"layers.{i}."
     for a, b in (("attention.self.query", "attn.q_proj"), ("attention.self.key", "attn.k_proj"),
                  ("attention.self.value", "attn.v_proj"), ("attention.output.dense", "attn.o_proj"),
                  ("attention.output.LayerNorm", "ln1"), ("intermediate.dense", "mlp.up_proj"),
@@ -88,7 +90,7 @@ def to_mwb(sd: dict, m: dict) -> dict:
     pairs = list(_COMMON) + (list(_BINARY) if m["bert_binary_head"] else [])
     out = {b: take(sd, a, where) for a, b in pairs}
     for i in range(m["num_layers"]):
-        for a, b in _layer_pairs(i):
+        for a, b in layer_pairs(i):
             out[b] = take(sd, a, where)
     if not m["tie_embeddings"]:
         out["head.weight"] = take(sd, "cls.predictions.decoder.weight", where)
@@ -122,7 +124,7 @@ def to_hf(sd: dict, m: dict) -> dict:
     pairs = list(_COMMON) + (list(_BINARY) if m["bert_binary_head"] else [])
     out = {a: sd[b] for a, b in pairs}
     for i in range(m["num_layers"]):
-        for a, b in _layer_pairs(i):
+        for a, b in layer_pairs(i):
             out[a] = sd[b]
     if not m["tie_embeddings"]:
         out["cls.predictions.decoder.weight"] = sd["head.weight"]

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..config import OptimConfig
 from ..models.init import is_output_head, is_word_embedding
-from ..parallel.collectives import all_reduce_no_grad, group_size
+from ..parallel.collectives import all_reduce_no_grad
 from .buffers import FlatBuffers
 
 

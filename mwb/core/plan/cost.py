@@ -101,7 +101,7 @@ class CostModel:
     def estimate(self, layout: Layout, memory: Memory | None = None) -> Estimate:
         hw, shape, mem = self.hw, self.shape, self.mem
         memory = memory or mem.peak(layout)
-        t, p, v, d, ep = layout.tp, layout.pp, layout.vpp, layout.dp, layout.ep
+        t, p, v, ep = layout.tp, layout.pp, layout.vpp, layout.ep
         m = layout.microbatches(mem.global_batch)
         flops = self._flops[layout.recompute]
         compute = flops / (layout.gpus * hw.peak_tflops * 1e12 * hw.efficiency)
