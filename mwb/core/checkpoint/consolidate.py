@@ -30,6 +30,8 @@ def resolve(path: str) -> str:
         raise CheckpointError(f"checkpoint not found: {path}")
     if os.path.isfile(os.path.join(path, METADATA)):
         return path
+    if os.path.isfile(path) and os.path.basename(path) == "latest":  # OUT/checkpoints/latest names a step
+        return latest_dir(os.path.dirname(path))
     for root in (os.path.join(path, "checkpoints"), path):
         d = latest_dir(root)
         if d is not None:
