@@ -24,9 +24,11 @@ def _table1(layers: int, hidden: int, heads: int) -> dict:
 
 PRESETS: dict[str, dict] = {
     # Small models that train on one CPU core in minutes.
+    # The main job: ~5 minutes on 2 cores, valid loss ~5.4 nats vs the corpus' 6.31-nat unigram entropy.
     "gpt-tiny": {"model": {"arch": "gpt", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
                            "max_position_embeddings": 256},
-                 "train": dict(_TINY_TRAIN), "optim": dict(_TINY_OPTIM)},
+                 "train": dict(_TINY_TRAIN, steps=1000, eval_interval=200),
+                 "optim": dict(_TINY_OPTIM, decay_steps=1000)},
     "bert-tiny": {"model": {"arch": "bert", "num_layers": 4, "hidden_size": 128, "num_attention_heads": 4,
                             "max_position_embeddings": 256, "tie_embeddings": True},
                   "train": dict(_TINY_TRAIN), "optim": dict(_TINY_OPTIM)},
