@@ -5,21 +5,14 @@ import os
 
 import pytest
 
-from mwb.cli.main import main
+from tests.helpers.cli import run_cli
 from mwb.evaluation.evaluator import evaluate
 from mwb.evaluation.registry import get_task
 
 from .eval_helpers import save_checkpoint
 
 
-def _run(argv, capsys):
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+_run = run_cli
 
 
 @pytest.fixture(scope="module")

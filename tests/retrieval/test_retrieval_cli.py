@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("faiss")
 pytest.importorskip("bm25s")
 
-from mwb.cli.main import main
+from tests.helpers.cli import run_cli
 
 from .retrieval_helpers import make_tokenizer, passages, sentence_text, write_dpr_json
 
@@ -19,14 +19,7 @@ TINY = ["--set", "model.num_layers=1", "--set", "model.hidden_size=32", "--set",
         "--micro-batch-size", "4", "--global-batch-size", "4", "--eval-interval", "0"]
 
 
-def _run(argv, capsys):
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+_run = run_cli
 
 
 @pytest.fixture(scope="module")

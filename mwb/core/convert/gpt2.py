@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .hf_io import ConversionError, strip_prefix, take
+from .hf_io import ConversionError, strip_prefix, take, untied_head
 
 NAME = "gpt2"
 ARCHITECTURE = "GPT2LMHeadModel"
@@ -71,11 +71,7 @@ def to_mwb(sd: dict, m: dict) -> dict:
             out[q + f"{b_}.bias"] = t(p + f"{a}.bias")
     out["final_norm.weight"] = t("ln_f.weight")
     out["final_norm.bias"] = t("ln_f.bias")
-    head = sd.pop("lm_head.weight", None)
-    if not m["tie_embeddings"]:
-        if head is None:
-            raise ConversionError(f"{where} has untied embeddings but no lm_head.weight")
-        out["head.weight"] = head
+    out.update(untied_head(sd, m, where))
     return out
 
 

@@ -108,3 +108,13 @@ def strip_prefix(sd: dict, prefix: str) -> dict:
     if any(k.startswith(prefix) for k in sd):
         return sd
     return {prefix + k: v for k, v in sd.items()}
+
+
+def untied_head(sd: dict, model: dict, where: str) -> dict:
+    """``{"head.weight": lm_head}`` for a model with untied embeddings (an error if it is missing), else {}."""
+    head = sd.pop("lm_head.weight", None)
+    if model["tie_embeddings"]:
+        return {}
+    if head is None:
+        raise ConversionError(f"{where} has untied embeddings but no lm_head.weight")
+    return {"head.weight": head}

@@ -7,7 +7,7 @@ yarn) are refused rather than silently approximated.
 """
 from __future__ import annotations
 
-from .hf_io import ConversionError, strip_prefix, take
+from .hf_io import ConversionError, strip_prefix, take, untied_head
 
 NAME = "llama"
 ARCHITECTURE = "LlamaForCausalLM"
@@ -74,11 +74,7 @@ def to_mwb(sd: dict, m: dict) -> dict:
         for a, b in _params(m, i):
             out[b] = take(sd, a, where)
     out["final_norm.weight"] = take(sd, "model.norm.weight", where)
-    head = sd.pop("lm_head.weight", None)
-    if not m["tie_embeddings"]:
-        if head is None:
-            raise ConversionError(f"{where} has untied embeddings but no lm_head.weight")
-        out["head.weight"] = head
+    out.update(untied_head(sd, m, where))
     return out
 
 
