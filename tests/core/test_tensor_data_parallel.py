@@ -4,6 +4,7 @@ import torch
 
 from tests.helpers.distributed import run_ranks
 from tests.helpers.workers import train_and_report
+from tests.helpers.compare import rel
 
 BASE = {
     "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "dropout": 0.0,
@@ -25,8 +26,6 @@ def reference():
     return train_and_report(0, 1, with_())
 
 
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 LAYOUTS = {

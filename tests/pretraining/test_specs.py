@@ -14,6 +14,7 @@ from mwb.pretraining import BertSpec, GPTSpec, T5Spec, spec_for
 from mwb.pretraining.synthetic import SyntheticBert
 from tests.core.models.workers import SEQ, VOCAB, losses, many_losses, tree
 from tests.helpers.distributed import run_ranks
+from tests.helpers.compare import rel
 
 TP_RUNS = {
     "bert_tp2": tree("bert", {"tp": 2}),
@@ -28,8 +29,6 @@ def reference_tree(t: dict) -> dict:
     return dict(t, parallel={})
 
 
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 def test_spec_registry():

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .build import register_arch
-from .transformer import CrossEntropy, Embedding, TransformerBlock, make_norm
+from .transformer import CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm
 
 
 class PostNormBlock(TransformerBlock):
@@ -94,7 +94,7 @@ class Pooler(nn.Module):
         self.register_forward_pre_hook(gather)
 
 
-class BertModel(nn.Module):
+class BertModel(TiedEmbeddingStage, nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int, padded_vocab_size: Optional[int] = None,
                  layer_ids: Optional[Sequence[int]] = None, pre_process: bool = True,
                  post_process: bool = True) -> None:
@@ -126,14 +126,6 @@ class BertModel(nn.Module):
                 self.pooler = Pooler(cfg)
                 self.binary_classifier = nn.Linear(cfg.hidden_size, 2)
         self.tie_weights()
-
-    def tie_weights(self) -> None:
-        if self.cfg.tie_embeddings and self.pre_process and self.post_process:
-            self.head.weight = self.embed.word.weight
-
-    @property
-    def shares_embedding(self) -> bool:
-        return self.cfg.tie_embeddings and (self.pre_process != self.post_process)
 
     def forward(self, tokens: Optional[torch.Tensor] = None, types: Optional[torch.Tensor] = None,
                 padding_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,

@@ -13,10 +13,11 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .transformer import CrossEntropy, Embedding, KVCache, TransformerBlock, make_norm, rope_tables
+from .transformer import (CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, make_norm,
+                          rope_tables)
 
 
-class GPTModel(nn.Module):
+class GPTModel(TiedEmbeddingStage, nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int, padded_vocab_size: Optional[int] = None,
                  layer_ids: Optional[Sequence[int]] = None, pre_process: bool = True,
                  post_process: bool = True) -> None:
@@ -35,16 +36,6 @@ class GPTModel(nn.Module):
             self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=False)
             self.loss_fn = CrossEntropy(vocab_size)
         self.tie_weights()
-
-    # The output head shares the word embedding when both live on this stage.
-    def tie_weights(self) -> None:
-        if self.cfg.tie_embeddings and self.pre_process and self.post_process:
-            self.head.weight = self.embed.word.weight
-
-    @property
-    def shares_embedding(self) -> bool:
-        """Whether this stage holds a tied embedding copy that must stay equal to another stage's."""
-        return self.cfg.tie_embeddings and (self.pre_process != self.post_process)
 
     def _rope(self, position_ids: torch.Tensor, cache: Optional[KVCache]):
         if self.cfg.position_embedding != "rope":

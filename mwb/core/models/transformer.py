@@ -235,6 +235,21 @@ class Embedding(nn.Module):
         return x
 
 
+class TiedEmbeddingStage:
+    """Output-head tying for pipeline-stage-aware models with ``embed``/``head``, ``pre_process``/
+    ``post_process`` and ``cfg.tie_embeddings``: the head shares the word embedding when both live on this
+    stage; otherwise a stage holding only one of them keeps a copy that the optimizer keeps equal."""
+
+    def tie_weights(self) -> None:
+        if self.cfg.tie_embeddings and self.pre_process and self.post_process:
+            self.head.weight = self.embed.word.weight
+
+    @property
+    def shares_embedding(self) -> bool:
+        """Whether this stage holds a tied embedding copy that must stay equal to another stage's."""
+        return self.cfg.tie_embeddings and (self.pre_process != self.post_process)
+
+
 class CrossEntropy(nn.Module):
     """Token losses over the real vocabulary (padded vocab columns never take part), summed with a mask.
 

@@ -10,12 +10,11 @@ import torch
 from mwb.core import checkpoint
 from tests.core.checkpoint.ckpt_workers import load_then_continue, tree
 from tests.helpers.distributed import run_ranks
+from tests.helpers.compare import rel
 
 _tp1 = {}
 
 
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 def assert_same_run(got: dict, ref: dict, what: str, tol: float = 1e-5):

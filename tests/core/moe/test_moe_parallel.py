@@ -5,6 +5,7 @@ import torch
 
 from tests.core.moe.moe_workers import global_routing, merged_grads, train_many, train_moe
 from tests.helpers.distributed import run_ranks
+from tests.helpers.compare import rel
 
 BASE = {
     "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "dropout": 0.0,
@@ -61,8 +62,6 @@ def parallel_results():
     return out
 
 
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 @pytest.mark.multiprocess

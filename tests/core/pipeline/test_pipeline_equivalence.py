@@ -9,6 +9,7 @@ import torch
 from tests.core.pipeline.pipeline_workers import report_with_tied_check
 from tests.helpers.distributed import run_ranks
 from tests.helpers.workers import train_and_report
+from tests.helpers.compare import rel
 
 BASE = {
     "model": {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "dropout": 0.0,
@@ -40,8 +41,6 @@ def reference():
     return train_and_report(0, 1, tree())
 
 
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
 
 
 @pytest.mark.multiprocess
