@@ -81,6 +81,14 @@ class ModelConfig:
     def attn_dropout(self) -> float:
         return self.dropout if self.attention_dropout is None else self.attention_dropout
 
+    @property
+    def stage_layers(self) -> int:
+        """Layers the pipeline splits over its stages: T5's encoder layers, then its decoder layers, form
+        one sequence (decoder layer ids continue after the encoder's)."""
+        if self.arch == "t5":
+            return self.num_layers + (self.num_decoder_layers or self.num_layers)
+        return self.num_layers
+
 
 @dataclass(frozen=True)
 class ParallelConfig:

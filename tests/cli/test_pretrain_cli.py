@@ -1,4 +1,5 @@
-"""`mwb pretrain gpt` as a user runs it: run directory, layouts via --nproc, errors, SIGTERM + --resume."""
+"""`mwb pretrain gpt` as a user runs it: run directory, layouts via --nproc, errors, SIGTERM + --resume;
+`mwb pretrain t5` under pipeline parallelism."""
 import json
 import os
 import signal
@@ -47,6 +48,22 @@ def test_nproc_tp_sp_matches_single_process(tmp_path):
     assert l1.keys() == l2.keys()
     for k in l1:
         assert abs(l1[k] - l2[k]) / l1[k] < 1e-5
+
+
+@pytest.mark.multiprocess
+def test_t5_pipeline_on_bundled_data_matches_single_process(tmp_path):
+    """`mwb pretrain t5 --nproc 2 --pp 2` on the real span-corruption data (decoder length set by the
+    dataset, not --seq-length), against one process."""
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    t5 = ["--steps", "2", "--seq-length", "64", "--global-batch-size", "4", "--micro-batch-size", "2",
+          "--set", "model.hidden_size=64", "--set", "model.dropout=0", "--eval-interval", "0", "--eval-steps", "1"]
+    mwb("pretrain", "t5", "--out", one, *t5)
+    mwb("pretrain", "t5", "--out", two, "--nproc", "2", "--pp", "2", *t5)
+    l1, l2 = losses(one), losses(two)
+    assert sorted(l1) == sorted(l2) == [1, 2]
+    for k in l1:
+        assert abs(l1[k] - l2[k]) / l1[k] < 1e-5
+    assert os.path.exists(os.path.join(two, "checkpoints", "step_2", "metadata.json"))
 
 
 @pytest.mark.parametrize("args,needle", [

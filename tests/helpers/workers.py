@@ -44,14 +44,18 @@ def full_grads(trainer: Trainer, loss_scale: float, grad_scale: float) -> dict:
                 dist.all_gather(parts, g.contiguous(), group=st.ep_group)
                 g = torch.cat(parts, dim=0)
             if name.endswith("word.weight") or is_output_head(name):
-                g = g[:VOCAB]
+                g = g[:trainer.spec.vocab_size]
             out[name] = g.clone()
     return out
 
 
 def train_and_report(rank: int, world: int, tree: dict, grad_step: bool = True) -> dict:
     """Losses of every step; gathered gradients of step 1 (taken before clipping and the update)."""
-    trainer = make_trainer(tree, world)
+    return report_run(make_trainer(tree, world), grad_step)
+
+
+def report_run(trainer: Trainer, grad_step: bool = True) -> dict:
+    """Train ``trainer`` to the end: its losses, grad norms, skipped steps and gathered step-1 gradients."""
     grads = None
     if grad_step:
         orig_apply = trainer.optimizer.apply

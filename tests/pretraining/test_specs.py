@@ -11,7 +11,7 @@ from mwb.core.parallel.dims import LayoutError
 from mwb.core.parallel.state import single_process_state
 from mwb.core.training.batches import collate
 from mwb.pretraining import BertSpec, GPTSpec, T5Spec, spec_for
-from mwb.pretraining.synthetic import SyntheticBert
+from mwb.pretraining.synthetic import SyntheticBert, SyntheticT5
 from tests.core.models.workers import SEQ, VOCAB, losses, many_losses, tree
 from tests.helpers.distributed import run_ranks
 from tests.helpers.compare import rel
@@ -51,10 +51,16 @@ def test_bert_spec_reports_micro_batch_mean_lm_plus_mean_sop():
     torch.testing.assert_close(loss, want)
 
 
-def test_t5_spec_rejects_pipeline_parallelism():
+def test_t5_spec_message_shape_comes_from_the_batch():
+    """Encoder and decoder lengths differ and the decoder's is the dataset's, not train.seq_length."""
     cfg = update(RunConfig(), tree("t5"))
-    with pytest.raises(LayoutError, match="pipeline"):
-        T5Spec(cfg, VOCAB).build_chunk(SimpleNamespace(pp_size=2), None, "cpu", None)
+    mb = collate([SyntheticT5(VOCAB, SEQ, dec_length=6, seed=3)[i] for i in range(3)])
+    plain = SimpleNamespace(tp_size=2, sp=False)
+    assert T5Spec(cfg, VOCAB).hidden_shape(3, SEQ, plain, batch=mb) == (3, SEQ + 6, 32)
+    assert T5Spec(cfg, VOCAB).hidden_shape(3, SEQ, SimpleNamespace(tp_size=2, sp=True), batch=mb) == (3, 11, 32)
+    with pytest.raises(LayoutError, match="encoder \\+ decoder layers 4 is not divisible"):
+        from mwb.core.training.trainer import parallel_dims
+        parallel_dims(update(cfg, {"parallel": {"pp": 3}}), 3)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +74,8 @@ def references():
 
 
 HAVE_PIPELINE = importlib.util.find_spec("mwb.core.pipeline") is not None
-PP_RUNS = {"bert_pp2": tree("bert", {"pp": 2})} if HAVE_PIPELINE else {}
+# T5's other pipeline layouts, with gradients, are in test_t5_pipeline.py
+PP_RUNS = {"bert_pp2": tree("bert", {"pp": 2}), "t5_pp2": tree("t5", {"pp": 2})} if HAVE_PIPELINE else {}
 
 
 @pytest.fixture(scope="module")
@@ -95,5 +102,6 @@ def test_tensor_parallel_matches_single_process(name, references, spawned):
 
 @pytest.mark.multiprocess
 @pytest.mark.skipif(not HAVE_PIPELINE, reason="pipeline schedules (mwb.core.pipeline) are not written yet")
-def test_bert_pipeline_parallel_matches_single_process(references, spawned):
-    check("bert_pp2", spawned["bert_pp2"], references[str(reference_tree(PP_RUNS["bert_pp2"]))])
+@pytest.mark.parametrize("name", ["bert_pp2", "t5_pp2"])
+def test_pipeline_parallel_matches_single_process(name, references, spawned):
+    check(name, spawned[name], references[str(reference_tree(PP_RUNS[name]))])

@@ -3,8 +3,9 @@
 Each tensor element is written once. A rank writes a parameter only if it is the first holder of that
 shard: TP-replicated parameters by TP rank 0, data-parallel replicas by data-parallel rank 0 (expert
 parameters: expert-data-parallel rank 0), a tied output-head copy on the last pipeline stage not at all
-(it equals the word embedding). Optimizer state follows the same rule, except that with the distributed
-optimizer every data-parallel rank writes the piece of the flat buffer it owns. Each piece records the
+(it equals the word embedding), a parameter several stages hold (T5's bias tables) by its primary copy
+only. Optimizer state follows the same rule, except that with the distributed optimizer every
+data-parallel rank writes the piece of the flat buffer it owns. Each piece records the
 rectangle of the global tensor (model weights) or the element range of the local shard (optimizer state)
 it holds, so any layout can reassemble it (:mod:`.shards`, :mod:`.reader`).
 
@@ -23,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ..parallel.random import capture_rng_state
+from ..parallel.stage_copies import is_secondary_copy
 from .format import (FORMAT, METADATA, atomic_write_text, commit_directory, copy_extra, rng_split, shard_name,
                      write_safetensors)
 from .shards import canonical, describe, full_shape, unpadded_shape
@@ -52,6 +54,8 @@ def named_parameters(chunks) -> dict:
 
 
 def _is_writer(p, coords: dict, distributed_optimizer: bool = False) -> bool:
+    if is_secondary_copy(p):  # another pipeline stage holds the same parameter and writes it
+        return False
     if getattr(p, "tp_dim", None) is None and coords.get("tp", 0) != 0:
         return False
     if coords.get("cp", 0) != 0 and not distributed_optimizer:

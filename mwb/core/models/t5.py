@@ -18,7 +18,24 @@ Other T5 details kept: pre-norm blocks (RMSNorm and no biases in the t5 presets)
 after each stack, and, with tied embeddings, the decoder output scaled by hidden_size^-0.5 before the tied
 vocab projection. Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
 shards projections, embedding, head and loss; each bias table is sharded over heads by its own
-``parallelize_tp``. Pipeline parallelism is not supported (a :class:`LayoutError` says so).
+``parallelize_tp``.
+
+Pipeline parallelism. The encoder layers followed by the decoder layers form one sequence of
+``num_layers + num_decoder_layers`` layers (decoder layer ids already continue after the encoder's), which
+the stages split like GPT's (``layer_ids``). Parameter names are the one-process names of whatever a stage
+holds (``decoder.layers.1.*`` wherever that layer lives), so checkpoints reshard between layouts. Stages
+exchange one tensor, so the generic schedule and point-to-point code need nothing T5-specific: the encoder
+and decoder hidden states concatenated along the sequence, ``[b, s_enc + s_dec, h]``. The first stage
+embeds both inputs (one shared embedding, with the learned positions of Megatron's T5); the stage with the
+last encoder layer applies the encoder's final norm and dropout; decoder layers read the (final) encoder
+part as cross-attention memory and update the decoder part; a stage passes on unchanged the part it does
+not compute (autograd still routes its gradient back). The last stage applies the decoder's final norm,
+the output scaling, the head and the loss; with tied embeddings its ``head.weight`` is a copy of the first
+stage's word embedding, kept equal over the embedding group (:class:`TiedEmbeddingStage`, as GPT/BERT).
+Each stage with encoder (decoder) layers holds a copy of the encoder (decoder) bias table under the same
+name: equal at initialisation, their gradients summed over the holding stages by the optimizer
+(:mod:`mwb.core.parallel.stage_copies`), so they stay equal to the one-process table. Interleaved
+stages (vpp > 1) work the same way: a stage is just a range of the layer sequence.
 """
 from __future__ import annotations
 
@@ -32,7 +49,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..parallel.dims import LayoutError
 from .build import register_arch
-from .transformer import CrossEntropy, Embedding, TransformerBlock, make_norm
+from .transformer import CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm
 
 
 def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool = True,
@@ -98,18 +115,22 @@ def _additive(bias: Optional[torch.Tensor], keep: Optional[torch.Tensor], dtype)
 
 
 class T5Stack(nn.Module):
-    """One side of the model: its layers (``layers``, the name recomputation looks for), the relative bias
-    table shared by those layers, and the final norm and dropout."""
+    """One side of the model, or the part of it that a pipeline stage holds: its layers (``layers``, keyed
+    by index within the stack, the name recomputation looks for), the relative bias table shared by those
+    layers, and, on the stage holding the stack's last layer (``final``), the final norm and dropout."""
 
-    def __init__(self, cfg: ModelConfig, first_id: int, n: int, decoder: bool, relative: bool) -> None:
+    def __init__(self, cfg: ModelConfig, first_id: int, ids: Sequence[int], decoder: bool, relative: bool,
+                 final: bool = True) -> None:
         super().__init__()
         scale = 1.0 if relative else None
         self.layers = nn.ModuleDict({str(i): TransformerBlock(cfg, first_id + i, causal=decoder,
                                                               cross_attention=decoder, attn_scale=scale)
-                                     for i in range(n)})
+                                     for i in ids})
         self.relative_bias = RelativePositionBias(cfg, bidirectional=not decoder) if relative else None
-        self.norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.final = final
+        if final:
+            self.norm = make_norm(cfg)
+            self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, seq_len: int, padding_mask: Optional[torch.Tensor] = None,
                 enc: Optional[torch.Tensor] = None, enc_padding_mask: Optional[torch.Tensor] = None):
@@ -120,51 +141,58 @@ class T5Stack(nn.Module):
         cross = None if enc_padding_mask is None else enc_padding_mask.bool()[:, None, None, :]
         for layer in self.layers.values():
             x = layer(x, mask=mask) if enc is None else layer(x, mask=mask, enc=enc, cross_mask=cross)
-        return self.dropout(self.norm(x))
+        return self.dropout(self.norm(x)) if self.final else x
 
     def parallelize_tp(self, state) -> None:
         """Under SP the final norm's output is a sequence slice: its dropout draws per-rank masks."""
-        if state.sp:
+        if state.sp and self.final:
             from ..parallel.random import ShardedDropout
             self.dropout = ShardedDropout(self.dropout.p)
 
 
-class T5Model(nn.Module):
+class T5Model(TiedEmbeddingStage, nn.Module):
+    """The whole model, or one pipeline stage of it (see the module docstring)."""
+
+    # held by every stage that runs layers of that stack: kept equal by the optimizer (parallel.stage_copies)
+    stage_copy_names = ("encoder.relative_bias.weight", "decoder.relative_bias.weight")
+
     def __init__(self, cfg: ModelConfig, vocab_size: int, padded_vocab_size: Optional[int] = None,
                  layer_ids: Optional[Sequence[int]] = None, pre_process: bool = True,
                  post_process: bool = True) -> None:
         super().__init__()
-        if not (pre_process and post_process) or (layer_ids is not None and
-                                                   list(layer_ids) != list(range(cfg.num_layers))):
-            raise LayoutError("T5 does not support pipeline parallelism yet: use --pp 1")
         if cfg.position_embedding not in ("relative", "learned"):
             raise ValueError(f"T5 positions must be 'relative' (T5) or 'learned' (Megatron T5), got "
                              f"'{cfg.position_embedding}'")
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.padded_vocab_size = padded_vocab_size or vocab_size
-        self.pre_process = self.post_process = True
+        self.pre_process, self.post_process = pre_process, post_process
         relative = cfg.position_embedding == "relative"
         n_enc, n_dec = cfg.num_layers, cfg.num_decoder_layers or cfg.num_layers
-        self.embed = Embedding(cfg, self.padded_vocab_size)  # learned positions only when configured
-        self.embed_dropout = nn.Dropout(cfg.dropout)
-        self.encoder = T5Stack(cfg, 0, n_enc, decoder=False, relative=relative)
+        ids = list(range(n_enc + n_dec)) if layer_ids is None else list(layer_ids)
+        if not ids or ids != list(range(ids[0], ids[0] + len(ids))) or ids[-1] >= n_enc + n_dec:
+            raise LayoutError(f"T5 stage layers {ids} must be consecutive ids below encoder + decoder layers "
+                              f"= {n_enc} + {n_dec}")
+        if pre_process != (ids[0] == 0) or post_process != (ids[-1] == n_enc + n_dec - 1):
+            raise LayoutError(f"T5 stage with layers {ids}: the embedding belongs with layer 0 and the head "
+                              f"with layer {n_enc + n_dec - 1}")
+        enc_ids = [i for i in ids if i < n_enc]
+        dec_ids = [i - n_enc for i in ids if i >= n_enc]
+        if pre_process:  # learned positions (Megatron T5) only when configured; shared by both inputs
+            self.embed = Embedding(cfg, self.padded_vocab_size)
+            self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.encoder = T5Stack(cfg, 0, enc_ids, decoder=False, relative=relative,
+                               final=n_enc - 1 in enc_ids) if enc_ids else None
         # decoder layer ids continue after the encoder's so every Attention.layer_id is unique
-        self.decoder = T5Stack(cfg, n_enc, n_dec, decoder=True, relative=relative)
-        self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=False)
-        self.loss_fn = CrossEntropy(vocab_size)
+        self.decoder = T5Stack(cfg, n_enc, dec_ids, decoder=True, relative=relative,
+                               final=post_process) if dec_ids else None
+        if post_process:
+            self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=False)
+            self.loss_fn = CrossEntropy(vocab_size)
         self.tie_weights()
 
-    def tie_weights(self) -> None:
-        if self.cfg.tie_embeddings:
-            self.head.weight = self.embed.word.weight
-
-    @property
-    def shares_embedding(self) -> bool:
-        return False
-
     def encode(self, enc_tokens: torch.Tensor, enc_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Encoder output ``[b, s_enc, h]`` (a sequence slice under SP)."""
+        """Encoder output ``[b, s_enc, h]`` (a sequence slice under SP); whole model only."""
         x = self.embed_dropout(self.embed(enc_tokens))
         return self.encoder(x, enc_tokens.size(1), enc_padding_mask)
 
@@ -177,15 +205,29 @@ class T5Model(nn.Module):
     def forward(self, enc_tokens: torch.Tensor, dec_tokens: torch.Tensor,
                 labels: Optional[torch.Tensor] = None, loss_mask: Optional[torch.Tensor] = None,
                 enc_padding_mask: Optional[torch.Tensor] = None, dec_padding_mask: Optional[torch.Tensor] = None,
-                enc_hidden: Optional[torch.Tensor] = None):
+                enc_hidden: Optional[torch.Tensor] = None, hidden: Optional[torch.Tensor] = None):
         """Logits ``[b, s_dec, V]`` (vocab-sharded under TP) without labels, else ``(loss_sum, count)`` over
         the decoder positions with ``loss_mask`` (and ``labels >= 0``). ``enc_hidden`` reuses an encoder
-        output (generation)."""
-        enc = self.encode(enc_tokens, enc_padding_mask) if enc_hidden is None else enc_hidden
-        y = self.decode(dec_tokens, enc, enc_padding_mask, dec_padding_mask)
+        output (generation). A pipeline stage other than the first gets the previous stage's message as
+        ``hidden`` (the token tensors still give the lengths and masks); one other than the last returns its
+        message, ``[b, s_enc + s_dec, h]``: encoder part, then decoder part (local slices under SP)."""
+        s_enc, s_dec = enc_tokens.size(1), dec_tokens.size(1)
+        if self.pre_process:
+            enc = self.embed_dropout(self.embed(enc_tokens)) if enc_hidden is None else enc_hidden
+        else:  # both parts are split the same way under SP, so the encoder part is s_enc/(s_enc+s_dec)
+            n = hidden.size(1) * s_enc // (s_enc + s_dec)
+            enc, dec = hidden[:, :n], hidden[:, n:]
+        if self.encoder is not None and enc_hidden is None:
+            enc = self.encoder(enc, s_enc, enc_padding_mask)
+        if self.pre_process:  # after the encoder, as in encode-then-decode (same dropout draws)
+            dec = self.embed_dropout(self.embed(dec_tokens))
+        if self.decoder is not None:
+            dec = self.decoder(dec, s_dec, dec_padding_mask, enc=enc, enc_padding_mask=enc_padding_mask)
+        if not self.post_process:
+            return torch.cat([enc, dec], dim=1)
         if self.cfg.tie_embeddings:
-            y = y * self.cfg.hidden_size ** -0.5
-        logits = self.head(y)
+            dec = dec * self.cfg.hidden_size ** -0.5
+        logits = self.head(dec)
         if labels is None:
             return logits
         return self.loss_fn(logits, labels, loss_mask)

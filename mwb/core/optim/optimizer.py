@@ -3,6 +3,7 @@
 One step, in order:
   1. sequence-parallel parameters: all-reduce their partial gradients over TP;
   2. tied embedding copies on the first and last pipeline stage: all-reduce over the embedding group;
+     other parameters held by several stages (:mod:`..parallel.stage_copies`): sum over their holders;
   3. data parallel: bucketed all-reduce of the flat fp32 gradient buffer or, with the distributed
      optimizer, one reduce-scatter so each data-parallel rank holds the summed gradients of its shard;
   4. unscale, global gradient norm over every group (each replicated parameter counted once), skip the step
@@ -22,6 +23,7 @@ from torch import nn
 from ..config import OptimConfig
 from ..models.init import is_output_head, is_word_embedding
 from ..parallel.collectives import all_reduce_no_grad
+from ..parallel.stage_copies import is_secondary_copy, link_stage_copies
 from .buffers import FlatBuffers
 
 
@@ -87,6 +89,7 @@ class DistributedOptimizer:
                 self.pieces.append(Piece(s.name, s.param, lo - s.start, hi - s.start, master, grad, bi, alias))
         self.optimizer = self._make_torch_optimizer()
         self.found_inf_steps = 0
+        self.stage_copies = link_stage_copies(list(model) if isinstance(model, nn.ModuleList) else [model], state)
 
     # -------------------------------------------------------------------------------------- plumbing
     def _make_torch_optimizer(self) -> torch.optim.Optimizer:
@@ -138,6 +141,10 @@ class DistributedOptimizer:
             if is_word_embedding(name) or is_output_head(name):
                 dist.all_reduce(p.main_grad, group=group)
 
+    def _reduce_stage_copies(self) -> None:
+        for copies in self.stage_copies:
+            copies.reduce_gradients()
+
     def _reduce_data_parallel(self) -> None:
         for buf in self.buffers:
             if buf.group is None:
@@ -170,6 +177,8 @@ class DistributedOptimizer:
             if shares_embedding(self.model) and not st.is_first_stage and \
                     is_output_head(pc.name):
                 continue  # tied copy: counted on the first stage
+            if is_secondary_copy(p):
+                continue  # another stage's copy of the same parameter counts it
             sq[pc.buffer] += pc.grad.double().pow(2).sum()
         total = torch.zeros((), dtype=torch.float64, device=dev)
         for bi, buf in enumerate(self.buffers):
@@ -194,6 +203,7 @@ class DistributedOptimizer:
         """Steps 1–3: after this, each piece's ``grad`` holds the summed gradient it owns."""
         self._reduce_sequence_parallel()
         self._reduce_embedding()
+        self._reduce_stage_copies()
         self._reduce_data_parallel()
 
     @torch.no_grad()

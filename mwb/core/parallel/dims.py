@@ -62,8 +62,10 @@ class ParallelDims:
 
     def check_model(self, num_heads: int, num_query_groups: Optional[int], num_layers: int,
                     num_experts: int = 0, seq_length: Optional[int] = None,
-                    ffn_hidden_size: Optional[int] = None, pipeline_layers: Optional[list] = None) -> None:
-        """Fail early when the model cannot be split over this layout."""
+                    ffn_hidden_size: Optional[int] = None, pipeline_layers: Optional[list] = None,
+                    layers_what: str = "num_layers") -> None:
+        """Fail early when the model cannot be split over this layout. ``num_layers`` counts the layers the
+        pipeline splits (``layers_what`` names them in messages, e.g. T5's encoder + decoder layers)."""
         groups = num_query_groups or num_heads
         if num_heads % self.tp:
             raise LayoutError(f"number of attention heads {num_heads} is not divisible by tp {self.tp}; "
@@ -80,9 +82,9 @@ class ParallelDims:
         if pipeline_layers is not None:
             if len(pipeline_layers) != stages or sum(pipeline_layers) != num_layers or min(pipeline_layers) < 1:
                 raise LayoutError(f"pipeline_layers {pipeline_layers} must list {stages} positive counts "
-                                  f"(pp·vpp) summing to num_layers {num_layers}")
+                                  f"(pp·vpp) summing to {layers_what} {num_layers}")
         elif num_layers % stages:
-            raise LayoutError(f"num_layers {num_layers} is not divisible by pp·vpp = {self.pp}·{self.vpp} = "
+            raise LayoutError(f"{layers_what} {num_layers} is not divisible by pp·vpp = {self.pp}·{self.vpp} = "
                               f"{stages}; change the layer count or give parallel.pipeline_layers")
         if num_experts:
             if num_experts % self.ep:

@@ -56,6 +56,7 @@ class ParallelState:
     coords: dict = field(default_factory=dict)
     groups: dict = field(default_factory=dict)
     group_ranks: dict = field(default_factory=dict)
+    timeout: Optional[object] = None  # collective timeout of every group (for groups made later, too)
 
     # ---- sizes and ranks
     @property
@@ -127,7 +128,7 @@ def build_state(dims: ParallelDims, rank: Optional[int] = None, timeout=None) ->
     if rank is None:
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     coords = _coords(dims)[rank]
-    state = ParallelState(dims=dims, rank=rank, coords=coords)
+    state = ParallelState(dims=dims, rank=rank, coords=coords, timeout=timeout)
     distributed = dims.world_size > 1
     if distributed and not dist.is_initialized():
         raise RuntimeError("world size > 1 but torch.distributed is not initialised")

@@ -2,8 +2,9 @@
 
 Why it looks like this:
 
-* **Shapes are known ahead** (``spec.hidden_shape``; with sequence parallelism it is already the local
-  sequence slice), so a receiver allocates its buffer without a shape handshake, in the model's dtype.
+* **Shapes are known ahead** (``spec.hidden_shape`` of each micro-batch, which every stage holds; with
+  sequence parallelism it is already the local sequence slice), so a receiver allocates its buffer without
+  a shape handshake, in the model's dtype.
 * **One batch per gap between computations.** The sends produced by the previous computation and the
   receives needed by the next one are posted together with ``batch_isend_irecv``. For 1F1B this is exactly
   Megatron's pairing (``send_forward_recv_backward`` / ``send_backward_recv_forward``), which is what keeps

@@ -37,12 +37,14 @@ def _model_dtype_device(chunk: torch.nn.Module) -> tuple[torch.dtype, torch.devi
     return p.dtype, p.device
 
 
-def _hidden_shape(spec, state, microbatches, seq_length, micro_batch_size) -> tuple[int, ...]:
-    if seq_length is None or micro_batch_size is None:  # infer from a GPT-style batch: seq + 1 tokens
-        tokens = microbatches[0]["tokens"]
+def _hidden_shape(spec, state, batch, seq_length, micro_batch_size) -> tuple[int, ...]:
+    """The message shape for one micro-batch (the spec may read the batch: T5's decoder length is the
+    dataset's, not ``seq_length``)."""
+    if (seq_length is None or micro_batch_size is None) and "tokens" in batch:  # GPT-style: seq + 1 tokens
+        tokens = batch["tokens"]
         micro_batch_size = micro_batch_size or tokens.size(0)
         seq_length = seq_length or tokens.size(1) - 1
-    return tuple(spec.hidden_shape(micro_batch_size, seq_length, state))
+    return tuple(spec.hidden_shape(micro_batch_size, seq_length, state, batch=batch))
 
 
 def run_pipeline(order: str, chunks, microbatches, spec, state, loss_factor: float, forward_only: bool = False,
@@ -55,7 +57,7 @@ def run_pipeline(order: str, chunks, microbatches, spec, state, loss_factor: flo
     slots = ORDERS["forward" if forward_only else order](pp, vpp, r, m)
     observer = observer or _NoObserver()
     stages = pp * vpp
-    shape = _hidden_shape(spec, state, microbatches, seq_length, micro_batch_size)
+    shapes = [_hidden_shape(spec, state, mb, seq_length, micro_batch_size) for mb in microbatches]
     dtype, device = _model_dtype_device(chunks[0])
     comm = P2P(state)
     prev_rank, next_rank = state.pp_peer(-1), state.pp_peer(1)
@@ -69,6 +71,7 @@ def run_pipeline(order: str, chunks, microbatches, spec, state, loss_factor: flo
         out = []
         for a in slot:
             s = a.stage(pp, r)
+            shape = shapes[a.mb]
             if a.kind == "F" and s > 0:
                 out.append(Recv(("F", a.chunk, a.mb), torch.empty(shape, dtype=dtype, device=device), prev_rank,
                                 message_tag("act", s - 1, a.mb, stages),

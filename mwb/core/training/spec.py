@@ -39,8 +39,9 @@ class ModelSpec:
         well scaled (fp16); the exact global count replaces it after the data-parallel reduction."""
         return float(micro_batch * seq_length)
 
-    def hidden_shape(self, micro_batch: int, seq_length: int, state) -> tuple[int, ...]:
-        """Shape of the activation sent between pipeline stages."""
+    def hidden_shape(self, micro_batch: int, seq_length: int, state,
+                     batch: Optional[dict] = None) -> tuple[int, ...]:
+        """Shape of the activation sent between pipeline stages for micro-batch ``batch``."""
         seq = seq_length // (state.tp_size if state.sp else 1) // state.cp_size
         return (micro_batch, seq, self.cfg.model.hidden_size)
 

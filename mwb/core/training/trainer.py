@@ -46,8 +46,9 @@ def parallel_dims(cfg: RunConfig, world_size: int) -> ParallelDims:
     p, m = cfg.parallel, cfg.model
     dims = ParallelDims(world_size=world_size, tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep, sp=p.sp,
                         order=p.order)
-    dims.check_model(m.num_attention_heads, m.num_query_groups, m.num_layers, m.num_experts,
-                     cfg.train.seq_length, m.ffn_hidden_size, p.pipeline_layers)
+    dims.check_model(m.num_attention_heads, m.num_query_groups, m.stage_layers, m.num_experts,
+                     cfg.train.seq_length, m.ffn_hidden_size, p.pipeline_layers,
+                     layers_what="num_layers" if m.stage_layers == m.num_layers else "encoder + decoder layers")
     if p.cp > 1 and m.arch != "gpt":
         raise LayoutError(f"context parallelism (--cp > 1) is implemented for GPT (causal) models, not "
                           f"'{m.arch}'; use --cp 1")
@@ -79,7 +80,7 @@ class Trainer:
         self.state = build_state(self.dims, timeout=timeout)
         seed_everything(cfg.train.seed, self.state.tp_rank, self.state.pp_rank, self.device.type)
         dtype = DTYPES[cfg.train.precision]
-        self.stages = rank_stages(cfg.model.num_layers, self.dims.pp, self.dims.vpp, self.state.pp_rank,
+        self.stages = rank_stages(cfg.model.stage_layers, self.dims.pp, self.dims.vpp, self.state.pp_rank,
                                   cfg.parallel.pipeline_layers)
         self.chunks = [spec.build_chunk(self.state, st, self.device, dtype) for st in self.stages]
         self.model = self.chunks[0] if len(self.chunks) == 1 else torch.nn.ModuleList(self.chunks)

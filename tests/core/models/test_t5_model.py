@@ -1,4 +1,4 @@
-"""T5: relative buckets and outputs match Hugging Face T5, padding invariance, no pipeline layouts."""
+"""T5: relative buckets and outputs match Hugging Face T5, padding invariance, pipeline stages chain."""
 from dataclasses import replace
 
 import pytest
@@ -105,9 +105,45 @@ def test_padding_never_changes_real_positions(position):
     assert not torch.allclose(a[~real], b[~real])
 
 
-def test_pipeline_layout_is_rejected():
-    with pytest.raises(LayoutError, match="pipeline"):
-        T5Model(CFG, V, V, layer_ids=[0], pre_process=True, post_process=False)
+@pytest.mark.parametrize("position", ["relative", "learned"])
+@pytest.mark.parametrize("split", [[2, 2], [3, 1], [1, 1, 1, 1]])
+def test_pipeline_stages_chain_to_the_whole_model(position, split):
+    """Stages built from consecutive ranges of the encoder-then-decoder layers hold the whole model's
+    parameters under the same names (a bias table on every stage running its stack, the tied head as a copy
+    of the word embedding), and chaining their messages gives the whole model's loss."""
+    from mwb.core.models.build import build_model
+    from mwb.core.parallel.state import single_process_state
+    cfg = replace(CFG, position_embedding=position)
+    st = single_process_state()
+    whole = build_model(cfg, st, V, seed=3)
+    full = dict(whole.named_parameters())
+    starts = [sum(split[:i]) for i in range(len(split))]
+    stages = [build_model(cfg, st, V, seed=3, layer_ids=range(a, a + n), pre_process=a == 0,
+                          post_process=a + n == 4) for a, n in zip(starts, split)]
+    names = set()
+    for stage in stages:
+        for name, p in stage.named_parameters():
+            want = full["embed.word.weight"] if name == "head.weight" else full[name]
+            assert torch.equal(p, want), name
+            names.add(name)
+    assert names - {"head.weight"} == set(full)
+    enc, dec, enc_pad, dec_pad = batch(seed=5)
+    labels = torch.where(dec_pad.bool(), dec, -1)
+    with torch.no_grad():
+        want = whole(enc, dec, labels, dec_pad, enc_pad, dec_pad)
+        hidden = None
+        for stage in stages:  # the last stage returns (loss_sum, count)
+            hidden = stage(enc, dec, labels if stage.post_process else None, dec_pad, enc_pad, dec_pad,
+                           hidden=hidden)
+    assert hidden[0].shape == () and torch.equal(hidden[1], want[1])
+    torch.testing.assert_close(hidden[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+def test_stage_layers_must_match_the_embedding_and_head():
+    with pytest.raises(LayoutError, match="embedding belongs with layer 0"):
+        T5Model(CFG, V, V, layer_ids=[1, 2], pre_process=True, post_process=False)
+    with pytest.raises(LayoutError, match="consecutive"):
+        T5Model(CFG, V, V, layer_ids=[0, 2], pre_process=True, post_process=False)
 
 
 def test_full_recompute_covers_both_stacks():
