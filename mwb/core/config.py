@@ -151,6 +151,7 @@ class DataConfig:
     split: str = "949,50,1"
     cache_dir: Optional[str] = None
     num_workers: int = 0
+    mask_prob: float = 0.15  # BERT: share of tokens predicted (Megatron's --mask-prob)
 
 
 @dataclass(frozen=True)

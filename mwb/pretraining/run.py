@@ -58,7 +58,8 @@ def open_datasets(cfg: RunConfig, plan: DataPlan):
     n_train = t.steps * t.global_batch_size
     n_valid = max(t.eval_steps, 1) * t.global_batch_size
     train, valid, _ = build_datasets(cfg.model.arch, plan.data, load_tokenizer(plan.tokenizer), t.seq_length,
-                                     t.seed, cfg.data.split, (n_train, n_valid, 0), cache_dir=cfg.data.cache_dir)
+                                     t.seed, cfg.data.split, (n_train, n_valid, 0), cache_dir=cfg.data.cache_dir,
+                                     mask_prob=cfg.data.mask_prob)
     if len(train) == 0:
         raise DataError("the training split is empty: check --data and --split")
     return train, (valid if valid is not None and len(valid) > 0 else None)
@@ -133,7 +134,8 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
     def after_step(tr, res, stop):
         logger.log_step(res)
         if valid is not None and ((t.eval_interval and res.step % t.eval_interval == 0) or res.step == t.steps):
-            logger.log_valid(res.step, tr.evaluate())
+            loss = tr.evaluate()
+            logger.log_valid(res.step, loss, tr.eval_metrics)
         if stop or res.step == t.steps or (t.save_interval and res.step % t.save_interval == 0):
             checkpoint.save(tr, ckpt_root, keep_last=t.keep_last,
                             extra_files={"tokenizer": plan.tokenizer} if plan.tokenizer else None)

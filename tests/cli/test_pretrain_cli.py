@@ -51,19 +51,35 @@ def test_nproc_tp_sp_matches_single_process(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_t5_pipeline_on_bundled_data_matches_single_process(tmp_path):
-    """`mwb pretrain t5 --nproc 2 --pp 2` on the real span-corruption data (decoder length set by the
-    dataset, not --seq-length), against one process."""
+@pytest.mark.parametrize("layout", [["--pp", "2"], ["--tp", "2", "--sp"]], ids=["pp2", "tp2_sp"])
+def test_t5_parallel_on_bundled_data_matches_single_process(tmp_path, layout):
+    """`mwb pretrain t5 --nproc 2 --pp 2` / `--tp 2 --sp` on the real span-corruption data (decoder length
+    set by the dataset, padded to a multiple of 8 so SP can split it), against one process."""
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     t5 = ["--steps", "2", "--seq-length", "64", "--global-batch-size", "4", "--micro-batch-size", "2",
           "--set", "model.hidden_size=64", "--set", "model.dropout=0", "--eval-interval", "0", "--eval-steps", "1"]
     mwb("pretrain", "t5", "--out", one, *t5)
-    mwb("pretrain", "t5", "--out", two, "--nproc", "2", "--pp", "2", *t5)
+    mwb("pretrain", "t5", "--out", two, "--nproc", "2", *layout, *t5)
     l1, l2 = losses(one), losses(two)
     assert sorted(l1) == sorted(l2) == [1, 2]
     for k in l1:
         assert abs(l1[k] - l2[k]) / l1[k] < 1e-5
     assert os.path.exists(os.path.join(two, "checkpoints", "step_2", "metadata.json"))
+
+
+def test_bert_default_layout_reports_lm_and_sop_losses(tmp_path):
+    """The bert-tiny preset (post-norm, rotary) on the bundled corpus: the log carries lm_loss / sop_loss
+    (train and valid) and valid lm_ppl."""
+    out = str(tmp_path / "b")
+    mwb("pretrain", "bert", "--out", out, "--steps", "2", "--global-batch-size", "4", "--micro-batch-size", "4",
+        "--eval-interval", "2", "--eval-steps", "1")
+    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    train = [r for r in recs if "split" not in r]
+    valid = [r for r in recs if r.get("split") == "valid"]
+    assert len(train) == 2 and len(valid) == 1
+    for r in train:  # one micro-batch per step: the loss is exactly mean LM + mean SOP
+        assert abs(r["loss"] - r["lm_loss"] - r["sop_loss"]) < 1e-5 * r["loss"]
+    assert {"lm_loss", "sop_loss", "lm_ppl"} <= set(valid[0])
 
 
 @pytest.mark.parametrize("args,needle", [

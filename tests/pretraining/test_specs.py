@@ -20,6 +20,8 @@ TP_RUNS = {
     "bert_tp2": tree("bert", {"tp": 2}),
     "bert_tp2_sp": tree("bert", {"tp": 2, "sp": True}),
     "bert_post_norm_tp2_sp": tree("bert", {"tp": 2, "sp": True}, bert_post_norm=True),
+    # the bert-tiny layout: post-norm with rotary positions (tables for the whole sequence under SP)
+    "bert_rope_tp2_sp": tree("bert", {"tp": 2, "sp": True}, bert_post_norm=True, position_embedding="rope"),
     "t5_tp2": tree("t5", {"tp": 2}),
     "t5_tp2_sp": tree("t5", {"tp": 2, "sp": True}),
 }
@@ -51,6 +53,14 @@ def test_bert_spec_reports_micro_batch_mean_lm_plus_mean_sop():
     torch.testing.assert_close(loss, want)
 
 
+def test_bert_reports_lm_and_sop_parts_that_add_up_to_the_loss():
+    """One micro-batch per step: the step loss is exactly lm_loss + sop_loss (both also in the log)."""
+    t = tree("bert")
+    t["train"].update(steps=2, global_batch_size=2, micro_batch_size=2)
+    for loss, lm, sop in losses(t, 1):
+        assert abs(loss - (lm + sop)) < 1e-5 * loss and lm > 3.0 and 0.3 < sop < 1.5
+
+
 def test_t5_spec_message_shape_comes_from_the_batch():
     """Encoder and decoder lengths differ and the decoder's is the dataset's, not train.seq_length."""
     cfg = update(RunConfig(), tree("t5"))
@@ -75,7 +85,9 @@ def references():
 
 HAVE_PIPELINE = importlib.util.find_spec("mwb.core.pipeline") is not None
 # T5's other pipeline layouts, with gradients, are in test_t5_pipeline.py
-PP_RUNS = {"bert_pp2": tree("bert", {"pp": 2}), "t5_pp2": tree("t5", {"pp": 2})} if HAVE_PIPELINE else {}
+PP_RUNS = {"bert_pp2": tree("bert", {"pp": 2}), "t5_pp2": tree("t5", {"pp": 2}),
+           "bert_rope_pp2": tree("bert", {"pp": 2}, bert_post_norm=True, position_embedding="rope")} \
+    if HAVE_PIPELINE else {}
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +100,13 @@ def spawned():
 
 
 def check(name, got, ref):
+    """Every step's loss (and BERT's lm/sop parts) within 1e-5 of one process."""
     assert len(got) == len(ref) == 5
     for step, (a, b) in enumerate(zip(got, ref)):
-        assert rel(a, b) < 1e-5, f"{name} step {step + 1}: loss {a} vs single process {b}"
-    assert ref[-1] < ref[0]  # it trains
+        for part, x, y in zip(("loss", "lm_loss", "sop_loss"), *(v if isinstance(v, tuple) else (v,) for v in (a, b))):
+            assert rel(x, y) < 1e-5, f"{name} step {step + 1}: {part} {x} vs single process {y}"
+    first, last = (v[0] if isinstance(v, tuple) else v for v in (ref[0], ref[-1]))
+    assert last < first  # it trains
 
 
 @pytest.mark.multiprocess
@@ -102,6 +117,6 @@ def test_tensor_parallel_matches_single_process(name, references, spawned):
 
 @pytest.mark.multiprocess
 @pytest.mark.skipif(not HAVE_PIPELINE, reason="pipeline schedules (mwb.core.pipeline) are not written yet")
-@pytest.mark.parametrize("name", ["bert_pp2", "t5_pp2"])
+@pytest.mark.parametrize("name", ["bert_pp2", "t5_pp2", "bert_rope_pp2"])
 def test_pipeline_parallel_matches_single_process(name, references, spawned):
     check(name, spawned[name], references[str(reference_tree(PP_RUNS[name]))])

@@ -82,7 +82,7 @@ def resolve_data(arch: str, data, tokenizer, cache_dir: Optional[str] = None):
     return (list(data) if not isinstance(data, str) else data.split()), load_tokenizer(tokenizer)
 
 
-def _one(arch, indexed, split, s, n, tok, seq_length, seed, cache_dir):
+def _one(arch, indexed, split, s, n, tok, seq_length, seed, cache_dir, mask_prob=0.15):
     lo, hi = split_ranges(split, indexed.num_documents)[s]
     name = SPLIT_NAMES[s]
     if hi <= lo:
@@ -91,18 +91,22 @@ def _one(arch, indexed, split, s, n, tok, seq_length, seed, cache_dir):
     if arch == "gpt":
         return GPTDataset(indexed, (lo, hi), seq_length, n, seed, cache_dir, name)
     if arch == "bert":
-        return BertDataset(indexed, (lo, hi), seq_length, n, seed, tok, cache_dir, name)
+        return BertDataset(indexed, (lo, hi), seq_length, n, seed, tok, cache_dir, name, masked_lm_prob=mask_prob)
     return T5Dataset(indexed, (lo, hi), seq_length, n, seed, tok, cache_dir, name)
 
 
 def build_datasets(arch: str, data, tokenizer, seq_length: int, seed: int, split: str = "949,50,1",
-                   num_samples: Sequence[int] = (0, 0, 0), cache_dir: Optional[str] = None):
+                   num_samples: Sequence[int] = (0, 0, 0), cache_dir: Optional[str] = None,
+                   mask_prob: float = 0.15):
     """``(train, valid, test)`` datasets for ``arch`` (see the module docstring); ``None`` where 0 samples.
 
     ``tokenizer`` is a :class:`~mwb.core.tokenizers.Tokenizer`, a path, or ``None`` (bundled data, or GPT).
     Each returned dataset has ``.tokenizer`` set. Raises DataError for missing ``.bin``/``.idx`` files,
-    an empty split, or a tokenizer without the special tokens ``arch`` needs.
+    an empty split, or a tokenizer without the special tokens ``arch`` needs. ``mask_prob`` is BERT's share
+    of predicted tokens.
     """
+    if not 0.0 < mask_prob < 1.0:
+        raise DataError(f"mask_prob must be in (0, 1), got {mask_prob}")
     data, tok = resolve_data(arch, data, tokenizer, cache_dir)
     prefixes, weights = parse_data(data)
     indexed = [IndexedDataset(p) for p in prefixes]
@@ -114,10 +118,10 @@ def build_datasets(arch: str, data, tokenizer, seq_length: int, seed: int, split
             out.append(None)
             continue
         if len(indexed) == 1:
-            ds = _one(arch, indexed[0], split, s, n, tok, seq_length, seed, cache_dir)
+            ds = _one(arch, indexed[0], split, s, n, tok, seq_length, seed, cache_dir, mask_prob)
         else:
             per = samples_per_dataset(weights, n)
-            parts = [_one(arch, ix, split, s, k, tok, seq_length, seed, cache_dir) for ix, k in zip(indexed, per)]
+            parts = [_one(arch, ix, split, s, k, tok, seq_length, seed, cache_dir, mask_prob) for ix, k in zip(indexed, per)]
             ds = BlendedDataset(parts, weights, n)
         ds.tokenizer = tok
         out.append(ds)

@@ -75,7 +75,9 @@ class T5Dataset:
             raise DataError(f"--seq-length {seq_length} is too short for T5 samples")
         noise, spans = span_counts(self.raw_length, noise_density, mean_span)
         self.sentinels = np.asarray(tokenizer.sentinel_ids(spans), dtype=np.int64)
-        self.decoder_seq_length = noise + spans + 1
+        # padded up to a multiple of 8 so sequence parallelism (tp ≤ 8) can split the decoder too; the padding
+        # is masked out of attention and loss, so losses are unchanged
+        self.decoder_seq_length = -(-(noise + spans + 1) // 8) * 8
         self.pad = tokenizer.pad
         self.eos = next(x for x in (tokenizer.eos, tokenizer.eod, tokenizer.sep, tokenizer.pad) if x is not None)
         self.bos = next(x for x in (tokenizer.bos, tokenizer.cls, tokenizer.eod, tokenizer.pad) if x is not None)

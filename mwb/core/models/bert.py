@@ -7,12 +7,22 @@ embeddings, ``x = LN(x + sublayer(x))`` in every block, no final norm), so weigh
 ``transformers.BertForPreTraining`` give the same outputs. Both variants have the same parameter names
 (``ln1``/``ln2`` are the post-attention/post-MLP norms in the post-norm layout).
 
+Positions. Learned absolute positions (BERT, the bert-base/large presets) or rotary ones
+(``position_embedding: rope``, as ModernBERT), which the bert-tiny preset uses: on a small corpus they let
+the masked LM leave its unigram plateau within a few hundred steps (see :mod:`mwb.core.presets`).
+
 Heads. The MLM head is ``lm_transform`` (dense h→h, gelu, LayerNorm) followed by ``head``, the final vocab
 projection tied to the word embeddings with its own output bias. Keeping ``head`` a plain ``nn.Linear`` next
 to ``loss_fn`` lets the generic tensor-parallel pass shard it over the vocabulary and use the vocab-parallel
 cross-entropy, exactly as for GPT. The binary head is a pooler (dense + tanh on the first, [CLS], token)
 followed by a 2-way linear, ``binary_classifier`` (not ``*head``: names ending in ``head.weight`` mean
 "the tied output head" to the initialiser and optimizer); both are small and stay replicated under TP.
+
+Sparse prediction. With labels, the MLM transform and the vocabulary projection run only on the
+positions that are predicted (~15%), not on the whole sequence: the loss is the same, and on a small model
+the vocab projection is most of a step's work (Megatron computes all positions; the "Cramming" BERT recipe
+and NVIDIA's BERT gather the masked positions first). Under sequence parallelism each rank holds a sequence
+slice that the head gathers itself, so the full-sequence path is kept there.
 
 Padding. ``padding_mask`` (1 = real token) becomes a key mask: no position ever attends to a padded key, so
 padding never changes the output at real positions. Padded queries still attend to real keys (masking whole
@@ -37,7 +47,8 @@ from torch import nn
 
 from ..config import ModelConfig
 from .build import register_arch
-from .transformer import CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm
+from .transformer import (CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm,
+                          rope_tables)
 
 
 class PostNormBlock(TransformerBlock):
@@ -99,9 +110,9 @@ class BertModel(TiedEmbeddingStage, nn.Module):
                  layer_ids: Optional[Sequence[int]] = None, pre_process: bool = True,
                  post_process: bool = True) -> None:
         super().__init__()
-        if cfg.position_embedding != "learned":
-            raise ValueError(f"BERT uses learned absolute positions; got position_embedding="
-                             f"'{cfg.position_embedding}' (set model.position_embedding=learned)")
+        if cfg.position_embedding not in ("learned", "rope"):
+            raise ValueError(f"BERT positions are 'learned' (BERT) or 'rope' (rotary, as ModernBERT); got "
+                             f"position_embedding='{cfg.position_embedding}'")
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.padded_vocab_size = padded_vocab_size or vocab_size
@@ -130,13 +141,14 @@ class BertModel(TiedEmbeddingStage, nn.Module):
     def forward(self, tokens: Optional[torch.Tensor] = None, types: Optional[torch.Tensor] = None,
                 padding_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 loss_mask: Optional[torch.Tensor] = None, nsp_labels: Optional[torch.Tensor] = None,
-                return_hidden: bool = False, hidden: Optional[torch.Tensor] = None):
+                return_hidden: bool = False, hidden: Optional[torch.Tensor] = None, parts: bool = False):
         """First stage: ``tokens [b, s]`` (+ ``types``); later stages: ``hidden`` from the previous one.
 
         Returns the hidden states on a stage that is not last; otherwise ``(hidden, pooled)`` with
         ``return_hidden`` (``pooled`` is None without a binary head; under SP ``hidden`` is this rank's
         sequence slice), ``(lm_logits, binary_logits)`` without labels (logits vocab-sharded under TP), or
-        ``(loss_sum, count)`` with labels, where ``loss_sum / max(count, 1)`` = mean LM + mean binary loss.
+        ``(loss_sum, count)`` with labels, where ``loss_sum / max(count, 1)`` = mean LM + mean binary loss
+        (with ``parts``, the separate sums of :meth:`loss_parts` instead).
         """
         if self.pre_process:
             pos = torch.arange(tokens.size(1), device=tokens.device)[None]
@@ -147,8 +159,13 @@ class BertModel(TiedEmbeddingStage, nn.Module):
         else:
             x = hidden
         mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
+        rope = None
+        if self.cfg.position_embedding == "rope":
+            seq = tokens.size(1) if tokens is not None else self.full_seq_len(hidden)
+            cos, sin = rope_tables(torch.arange(seq, device=x.device), self.cfg.head_dim, self.cfg.rope_theta)
+            rope = (cos, sin, cos, sin)
         for layer in self.layers.values():
-            x = layer(x, mask=mask)
+            x = layer(x, mask=mask, rope=rope)
         if not self.post_process:
             return x
         if not self.post_norm:
@@ -156,21 +173,35 @@ class BertModel(TiedEmbeddingStage, nn.Module):
         pooled = self.pooler(x) if self.binary_classifier is not None else None
         if return_hidden:
             return x, pooled
-        lm_logits = self.head(self.lm_transform(x))
         binary_logits = self.binary_classifier(pooled) if pooled is not None else None
         if labels is None:
-            return lm_logits, binary_logits
+            return self.head(self.lm_transform(x)), binary_logits
+        if self.seq_shards == 1:  # sparse prediction: the vocab projection only where a token is predicted
+            keep = labels >= 0 if loss_mask is None else (labels >= 0) & loss_mask.bool()
+            x, labels, loss_mask = x[keep], labels[keep], None
+        lm_logits = self.head(self.lm_transform(x))
+        if parts:
+            return self.loss_parts(lm_logits, binary_logits, labels, loss_mask, nsp_labels)
         return self.pretraining_loss(lm_logits, binary_logits, labels, loss_mask, nsp_labels)
 
     def pretraining_loss(self, lm_logits, binary_logits, labels, loss_mask=None, nsp_labels=None):
         """``(Σ MLM token losses + max(count,1)·mean binary loss, count)``; see the module docstring."""
-        loss_sum, count = self.loss_fn(lm_logits, labels, loss_mask)
+        parts = self.loss_parts(lm_logits, binary_logits, labels, loss_mask, nsp_labels)
+        loss_sum, count = parts["lm"]
+        if "binary" in parts:
+            sop, n = parts["binary"]
+            loss_sum = loss_sum + sop * (count.clamp(min=1) / n.clamp(min=1))
+        return loss_sum, count
+
+    def loss_parts(self, lm_logits, binary_logits, labels, loss_mask=None, nsp_labels=None) -> dict:
+        """``{"lm": (Σ MLM token losses, tokens), "binary": (Σ sample losses, samples)}`` (no "binary"
+        without a binary head or labels): what Megatron logs as "lm loss" and "sop loss"."""
+        parts = {"lm": self.loss_fn(lm_logits, labels, loss_mask)}
         if binary_logits is not None and nsp_labels is not None:
             nsp_labels = nsp_labels.reshape(-1).long()
             sop = F.cross_entropy(binary_logits.float(), nsp_labels, ignore_index=-1, reduction="sum")
-            n = (nsp_labels >= 0).sum().clamp(min=1).to(sop.dtype)
-            loss_sum = loss_sum + sop * (count.clamp(min=1) / n)
-        return loss_sum, count
+            parts["binary"] = (sop, (nsp_labels >= 0).sum().to(sop.dtype))
+        return parts
 
 
 @register_arch("bert")

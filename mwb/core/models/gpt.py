@@ -48,10 +48,7 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
                 loss_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None):
         """First stage: ``tokens [b, s]``; other stages: ``hidden [b, s, h]`` from the previous stage.
         Returns hidden states (not last stage), logits (last stage, no labels) or ``(loss_sum, count)``."""
-        if tokens is not None:
-            seq = tokens.size(1)
-        else:
-            seq = hidden.size(1)
+        seq = tokens.size(1) if tokens is not None else self.full_seq_len(hidden)
         if position_ids is None:
             start = cache.length() if cache is not None else 0
             dev = tokens.device if tokens is not None else hidden.device

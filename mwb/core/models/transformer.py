@@ -238,7 +238,19 @@ class Embedding(nn.Module):
 class TiedEmbeddingStage:
     """Output-head tying for pipeline-stage-aware models with ``embed``/``head``, ``pre_process``/
     ``post_process`` and ``cfg.tie_embeddings``: the head shares the word embedding when both live on this
-    stage; otherwise a stage holding only one of them keeps a copy that the optimizer keeps equal."""
+    stage; otherwise a stage holding only one of them keeps a copy that the optimizer keeps equal.
+
+    It also records how many ranks share the sequence between layers (tp under sequence parallelism), so a
+    stage that receives hidden states (a sequence slice) still knows the full length, e.g. for rotary
+    tables."""
+
+    seq_shards = 1
+
+    def parallelize_tp(self, state) -> None:
+        self.seq_shards = state.tp_size if state.sp else 1
+
+    def full_seq_len(self, hidden: torch.Tensor) -> int:
+        return hidden.size(1) * self.seq_shards
 
     def tie_weights(self) -> None:
         if self.cfg.tie_embeddings and self.pre_process and self.post_process:

@@ -92,7 +92,8 @@ class MetricsLogger:
         self.file.flush()
         self.train_points.append((res.step, res.loss))
         if self.tb is not None:
-            for k in ("loss", "lr", "grad_norm", "tokens_per_s", "loss_scale", "mfu", "moe_aux_loss"):
+            for k in ("loss", "lr", "grad_norm", "tokens_per_s", "loss_scale", "mfu", "moe_aux_loss", "lm_loss",
+                      "sop_loss"):
                 if k in rec and isinstance(rec[k], (int, float)):
                     self.tb.add_scalar(f"train/{k}", rec[k], res.step)
         if self.bar is not None:
@@ -102,6 +103,7 @@ class MetricsLogger:
                 post["mfu"] = f"{rec['mfu']:.1%}"
             if "loss_scale" in rec:
                 post["scale"] = f"{res.loss_scale:g}"
+            post.update({k.replace("_loss", ""): f"{v:.4f}" for k, v in _components(res.extra).items()})
             self.bar.set_postfix(post, refresh=False)
             self.bar.update(1)
         elif self.plain and (res.step % self.log_interval == 0 or res.step == self.total_steps):
@@ -111,21 +113,29 @@ class MetricsLogger:
                 line += f"  mfu {rec['mfu']:.1%}"
             if "loss_scale" in rec:
                 line += f"  loss_scale {res.loss_scale:g}"
+            line += "".join(f"  {k} {v:.4f}" for k, v in _components(res.extra).items())
             print(line, file=sys.stderr, flush=True)
         return rec
 
-    def log_valid(self, step: int, loss: float) -> None:
+    def log_valid(self, step: int, loss: float, extra: Optional[dict] = None) -> None:
+        """Validation loss and perplexity, plus the model's loss components (``extra``, e.g. BERT's
+        ``lm_loss``, whose perplexity is the one that means something there)."""
         if not self.enabled:
             return
         rec = {"step": step, "split": "valid", "loss": loss,
-               "ppl": math.exp(min(loss, 50.0)) if math.isfinite(loss) else float("nan")}
+               "ppl": _ppl(loss), **(extra or {})}
+        if "lm_loss" in rec:
+            rec["lm_ppl"] = _ppl(rec["lm_loss"])
         self.file.write(json.dumps(_finite(rec)) + "\n")
         self.file.flush()
         self.valid_points.append((step, loss))
         if self.tb is not None:
             self.tb.add_scalar("valid/loss", loss, step)
             self.tb.add_scalar("valid/ppl", rec["ppl"], step)
-        msg = f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}"
+            for k, v in (extra or {}).items():
+                self.tb.add_scalar(f"valid/{k}", v, step)
+        msg = f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}" + \
+            "".join(f"  {k.replace('_', ' ')} {v:.4f}" for k, v in (extra or {}).items())
         if self.bar is not None:
             self.bar.write(msg)
         elif self.plain:
@@ -179,6 +189,15 @@ class MetricsLogger:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         return path
+
+
+def _ppl(loss: float) -> float:
+    return math.exp(min(loss, 50.0)) if math.isfinite(loss) else float("nan")
+
+
+def _components(extra: dict) -> dict:
+    """Loss components worth showing next to the loss (BERT's lm/sop losses, the MoE aux loss)."""
+    return {k: v for k, v in extra.items() if k.endswith("_loss") and isinstance(v, float)}
 
 
 def _finite(rec: dict) -> dict:

@@ -34,6 +34,28 @@ class ModelSpec:
         """Tokens processed by one micro-batch (throughput accounting)."""
         raise NotImplementedError
 
+    # Loss components reported next to the training loss (e.g. BERT's "lm loss" and "sop loss"). A spec
+    # names them up front (every rank must agree on the list for the reduction) and records (sum, count)
+    # pairs from forward on the last stage; the trainer reduces them over the global batch.
+    metric_names: tuple[str, ...] = ()
+
+    def reset_metrics(self) -> None:
+        self._metric_sums: dict = {}
+
+    def record_metric(self, name: str, total: torch.Tensor, count: torch.Tensor) -> None:
+        sums = getattr(self, "_metric_sums", None)
+        if sums is None:
+            sums = self._metric_sums = {}
+        t, c = sums.get(name, (0.0, 0.0))  # tensors, not floats: no device sync per micro-batch
+        sums[name] = (t + total.detach().double(), c + count.detach().double())
+
+    def metric_sums(self, device) -> torch.Tensor:
+        """``[len(metric_names), 2]`` float64 (Σ value, Σ count) recorded since :meth:`reset_metrics`."""
+        sums = getattr(self, "_metric_sums", None) or {}
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        return torch.stack([torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) + zero
+                                         for v in sums.get(n, (0.0, 0.0))]) for n in self.metric_names])
+
     def nominal_count(self, micro_batch: int, seq_length: int) -> float:
         """A fixed stand-in for the loss-token count of one micro-batch, used to keep the backward pass
         well scaled (fp16); the exact global count replaces it after the data-parallel reduction."""

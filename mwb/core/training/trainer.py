@@ -98,6 +98,7 @@ class Trainer:
         self.step = 0  # optimizer steps completed
         self.logger = logger
         self.stop_requested = False
+        self.eval_metrics: dict = {}
 
     # --------------------------------------------------------------------------------------- helpers
     @property
@@ -119,6 +120,19 @@ class Trainer:
             dist.all_reduce(buf)
         return float(buf[0]), float(buf[1])
 
+    def _global_metrics(self) -> dict:
+        """The spec's loss components since its last reset, each Σ value / Σ count over the global batch."""
+        names = self.spec.metric_names
+        if not names:
+            return {}
+        st = self.state
+        buf = self.spec.metric_sums(self.device)
+        if not (st.is_last_stage and st.tp_rank == 0):
+            buf = torch.zeros_like(buf)
+        if self.dims.world_size > 1:
+            dist.all_reduce(buf)
+        return {n: float(buf[i, 0] / buf[i, 1].clamp(min=1.0)) for i, n in enumerate(names)}
+
     def _set_train(self, mode: bool) -> None:
         for c in self.chunks:
             c.train(mode)
@@ -136,6 +150,7 @@ class Trainer:
         if moe_on:  # aux-loss gradients scaled by loss_scale / micro-batches of the global batch
             from ..parallel.expert import begin_moe_step
             begin_moe_step(scale, len(mbs) * self.dims.dp)
+        self.spec.reset_metrics()
         loss_sum, count = self.schedule(self.chunks, mbs, self.spec, self.state, scale / nominal,
                                         seq_length=cfg.train.seq_length,
                                         micro_batch_size=cfg.train.micro_batch_size)
@@ -146,20 +161,22 @@ class Trainer:
         self.scaler.update(not updated)
         self.step += 1
         ntok = sum(self.spec.tokens_in(b) for b in mbs) * self.dims.dp
-        extra = {}
+        extra = self._global_metrics()
         if moe_on:
             from ..parallel.expert import moe_step_metrics
-            extra = moe_step_metrics(self.state, len(mbs) * self.dims.dp)
+            extra.update(moe_step_metrics(self.state, len(mbs) * self.dims.dp))
         return StepResult(self.step, total / max(tokens, 1.0), lr, norm, ntok, time.perf_counter() - t0,
                           scale, not updated, extra)
 
     @torch.no_grad()
     def evaluate(self, steps: Optional[int] = None) -> float:
-        """Mean token loss over ``steps`` global batches of the validation set."""
+        """Mean token loss over ``steps`` global batches of the validation set (the spec's loss components
+        over the same batches are left in ``self.eval_metrics``)."""
         if self.valid_data is None:
             return float("nan")
         self._set_train(False)
         total = tokens = 0.0
+        self.spec.reset_metrics()
         for k in range(steps or self.cfg.train.eval_steps):
             mbs = self._microbatches(self.valid_data, k)
             ls, n = self.schedule(self.chunks, mbs, self.spec, self.state, 1.0, forward_only=True,
@@ -167,6 +184,7 @@ class Trainer:
                                   micro_batch_size=self.cfg.train.micro_batch_size)
             a, b = self._global_loss(ls, n)
             total, tokens = total + a, tokens + b
+        self.eval_metrics = self._global_metrics()
         self._set_train(True)
         return total / max(tokens, 1.0)
 

@@ -33,7 +33,12 @@ def make_trainer(t: dict, world: int) -> Trainer:
 
 
 def losses(t: dict, world: int) -> list[float]:
-    return [r.loss for r in make_trainer(t, world).run()]
+    """Per-step losses; for BERT each step is ``(loss, lm_loss, sop_loss)`` so the reported parts are
+    compared across layouts too."""
+    out = []
+    for r in make_trainer(t, world).run():
+        out.append((r.loss, r.extra["lm_loss"], r.extra["sop_loss"]) if "lm_loss" in r.extra else r.loss)
+    return out
 
 
 def many_losses(rank: int, world: int, trees: list[dict]) -> list[list[float]]:

@@ -62,3 +62,26 @@ def test_pipeline_layout_matches_single_process(reference, name):
     for rank, r in enumerate(results):
         assert r["tied_equal_init"], f"{name} rank {rank}: tied embedding copies differ at initialisation"
         assert r["tied_equal_end"], f"{name} rank {rank}: tied embedding copies differ after training"
+
+
+# Llama-style GPT (rotary positions, SwiGLU, RMSNorm, grouped-query attention, untied head): a later stage
+# receives a sequence slice under SP and must still build rotary tables for the whole sequence.
+LLAMA = {"position_embedding": "rope", "activation": "swiglu", "normalization": "rmsnorm", "bias": False,
+         "num_query_groups": 2, "tie_embeddings": False}
+
+
+@pytest.mark.multiprocess
+def test_rope_model_pp2_tp2_sp_matches_single_process():
+    base = tree()
+    base["model"].update(LLAMA)
+    ref = train_and_report(0, 1, base)
+    par = copy.deepcopy(base)
+    par["parallel"] = {"pp": 2, "tp": 2, "sp": True}
+    results = run_ranks(report_with_tied_check, 4, par)
+    for step, (a, b) in enumerate(zip(results[0]["losses"], ref["losses"])):
+        assert rel(a, b) < 1e-5, f"step {step + 1}: loss {a} vs single process {b}"
+    grads = {}
+    for r in results:
+        grads.update(r["grads"])
+    for k, g in ref["grads"].items():
+        torch.testing.assert_close(grads[k], g, rtol=1e-4, atol=1e-6, msg=f"gradient of {k}")
