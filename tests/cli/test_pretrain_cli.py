@@ -1,5 +1,5 @@
 """`mwb pretrain gpt` as a user runs it: run directory, layouts via --nproc, errors, SIGTERM + --resume;
-`mwb pretrain t5` under pipeline parallelism."""
+`mwb pretrain t5` under PP2 and TP2+SP, `mwb pretrain bert` under TP2, on the bundled corpus."""
 import json
 import os
 import signal
@@ -67,19 +67,26 @@ def test_t5_parallel_on_bundled_data_matches_single_process(tmp_path, layout):
     assert os.path.exists(os.path.join(two, "checkpoints", "step_2", "metadata.json"))
 
 
-def test_bert_default_layout_reports_lm_and_sop_losses(tmp_path):
-    """The bert-tiny preset (post-norm, rotary) on the bundled corpus: the log carries lm_loss / sop_loss
-    (train and valid) and valid lm_ppl."""
-    out = str(tmp_path / "b")
-    mwb("pretrain", "bert", "--out", out, "--steps", "2", "--global-batch-size", "4", "--micro-batch-size", "4",
-        "--eval-interval", "2", "--eval-steps", "1")
-    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
-    train = [r for r in recs if "split" not in r]
-    valid = [r for r in recs if r.get("split") == "valid"]
-    assert len(train) == 2 and len(valid) == 1
-    for r in train:  # one micro-batch per step: the loss is exactly mean LM + mean SOP
-        assert abs(r["loss"] - r["lm_loss"] - r["sop_loss"]) < 1e-5 * r["loss"]
-    assert {"lm_loss", "sop_loss", "lm_ppl"} <= set(valid[0])
+@pytest.mark.multiprocess
+def test_bert_default_layout_reports_lm_and_sop_losses_and_matches_tp2(tmp_path):
+    """The bert-tiny preset (post-norm, rotary) on the bundled corpus, in one process and at --nproc 2 --tp 2:
+    the log carries lm_loss / sop_loss (train and valid) and valid lm_ppl, and the layouts agree."""
+    runs = {}
+    for name, layout in (("one", []), ("tp2", ["--nproc", "2", "--tp", "2"])):
+        out = str(tmp_path / name)
+        mwb("pretrain", "bert", "--out", out, "--steps", "2", "--global-batch-size", "4",
+            "--micro-batch-size", "4", "--eval-interval", "2", "--eval-steps", "1", *layout)
+        runs[name] = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    for recs in runs.values():
+        train = [r for r in recs if "split" not in r]
+        valid = [r for r in recs if r.get("split") == "valid"]
+        assert len(train) == 2 and len(valid) == 1
+        for r in train:  # one micro-batch per step: the loss is exactly mean LM + mean SOP
+            assert abs(r["loss"] - r["lm_loss"] - r["sop_loss"]) < 1e-5 * r["loss"]
+        assert {"lm_loss", "sop_loss", "lm_ppl"} <= set(valid[0])
+    for a, b in zip(runs["one"], runs["tp2"]):
+        for k in ("loss", "lm_loss", "sop_loss"):
+            assert abs(a[k] - b[k]) < 1e-5 * a[k], f"step {a['step']} {k}: {a[k]} vs tp2 {b[k]}"
 
 
 @pytest.mark.parametrize("args,needle", [
