@@ -1,10 +1,9 @@
 """Tensor, sequence and data parallelism compute the same losses and gradients as one process."""
 import pytest
-import torch
 
 from tests.helpers.distributed import run_ranks
 from tests.helpers.workers import train_and_report
-from tests.helpers.compare import rel
+from tests.helpers.compare import assert_grads_match, assert_losses_match
 
 BASE = {
     "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "dropout": 0.0,
@@ -45,13 +44,5 @@ LAYOUTS = {
 def test_layout_matches_single_process(reference, name):
     world, extra = LAYOUTS[name]
     results = run_ranks(train_and_report, world, with_(**extra))
-    losses = results[0]["losses"]
-    assert len(losses) == 5
-    for step, (a, b) in enumerate(zip(losses, reference["losses"])):
-        assert rel(a, b) < 1e-5, f"{name} step {step + 1}: loss {a} vs single process {b}"
-    grads = {}
-    for r in results:
-        grads.update(r["grads"])
-    assert set(grads) == set(reference["grads"])
-    for k, ref in reference["grads"].items():
-        torch.testing.assert_close(grads[k], ref, rtol=1e-4, atol=1e-6, msg=f"{name}: gradient of {k}")
+    assert_losses_match(name, results[0]["losses"], reference["losses"])
+    assert_grads_match(name, results, reference["grads"])

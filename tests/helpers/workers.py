@@ -54,18 +54,23 @@ def train_and_report(rank: int, world: int, tree: dict, grad_step: bool = True) 
     return report_run(make_trainer(tree, world), grad_step)
 
 
+def capture_first_grads(trainer: Trainer) -> dict:
+    """Make the optimizer record the gathered full gradients of its first step (taken before clipping and
+    the update) under ``"grads"`` of the returned dict, which stays empty until that step."""
+    box: dict = {}
+    orig_apply = trainer.optimizer.apply
+
+    def apply(lr, loss_scale=1.0, grad_scale=1.0):
+        if "grads" not in box:
+            box["grads"] = full_grads(trainer, loss_scale, grad_scale)
+        return orig_apply(lr, loss_scale, grad_scale)
+    trainer.optimizer.apply = apply
+    return box
+
+
 def report_run(trainer: Trainer, grad_step: bool = True) -> dict:
     """Train ``trainer`` to the end: its losses, grad norms, skipped steps and gathered step-1 gradients."""
-    grads = None
-    if grad_step:
-        orig_apply = trainer.optimizer.apply
-
-        def apply(lr, loss_scale=1.0, grad_scale=1.0):
-            nonlocal grads
-            if grads is None:
-                grads = full_grads(trainer, loss_scale, grad_scale)
-            return orig_apply(lr, loss_scale, grad_scale)
-        trainer.optimizer.apply = apply
+    box = capture_first_grads(trainer) if grad_step else {}
     history = trainer.run()
-    return {"losses": [h.loss for h in history], "grads": grads, "norms": [h.grad_norm for h in history],
-            "skipped": [h.skipped for h in history]}
+    return {"losses": [h.loss for h in history], "grads": box.get("grads"),
+            "norms": [h.grad_norm for h in history], "skipped": [h.skipped for h in history]}

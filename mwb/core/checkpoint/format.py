@@ -60,6 +60,19 @@ def write_safetensors(tensors: dict, path: str) -> int:
     return os.path.getsize(path)
 
 
+def staging_dir(final: str, overwrite: bool, error: type, hint: str = "") -> str:
+    """A fresh, empty ``.NAME.incomplete`` directory beside ``final`` to write into before
+    :func:`commit_directory`; a non-empty ``final`` (or a file there) is refused unless ``overwrite``."""
+    if os.path.exists(final) and (not os.path.isdir(final) or os.listdir(final)) and not overwrite:
+        raise error(f"{final} exists and is not empty; choose another destination{hint}")
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(final)}.incomplete")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    return tmp
+
+
 def commit_directory(tmp: str, final: str) -> None:
     """Make ``tmp`` visible as ``final`` in one rename (an older ``final`` is replaced)."""
     if os.path.exists(final):

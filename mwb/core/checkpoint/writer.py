@@ -26,7 +26,7 @@ import torch.distributed as dist
 from ..parallel.random import capture_rng_state
 from ..parallel.stage_copies import is_secondary_copy
 from .format import (FORMAT, METADATA, atomic_write_text, commit_directory, copy_extra, rng_split, shard_name,
-                     write_safetensors)
+                     staging_dir, write_safetensors)
 from .shards import canonical, describe, full_shape, unpadded_shape
 
 ExtraFiles = Optional[dict]  # name in the checkpoint → a file, a directory, or a list of files
@@ -207,15 +207,9 @@ def write_model_checkpoint(directory: str, cfg, vocab_size: int, tensors: dict, 
     Used by ``mwb convert`` and :func:`mwb.core.checkpoint.consolidate`-style tools; it loads into any
     layout like a training checkpoint, with fresh optimizer state.
     """
+    from ..errors import CheckpointError
     directory = os.path.abspath(directory)
-    if os.path.exists(directory) and os.listdir(directory) and not overwrite:
-        from ..errors import CheckpointError
-        raise CheckpointError(f"{directory} exists and is not empty; choose another destination")
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(directory)}.incomplete")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    tmp = staging_dir(directory, overwrite, CheckpointError)
     file = shard_name(0)
     index, data = {}, {}
     for name, t in sorted(tensors.items()):

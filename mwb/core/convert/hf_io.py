@@ -14,7 +14,7 @@ import shutil
 
 import torch
 
-from ..checkpoint.format import atomic_write_text, write_safetensors
+from ..checkpoint.format import atomic_write_text, commit_directory, staging_dir, write_safetensors
 from ..errors import MwbError
 
 
@@ -76,13 +76,7 @@ def tokenizer_files(directory: str) -> list[str]:
 def write_hf_dir(dst: str, config: dict, tensors: dict, tokenizer=None, overwrite: bool = False) -> str:
     """Write ``config.json`` + ``model.safetensors`` (+ tokenizer files) to ``dst`` atomically."""
     dst = os.path.abspath(dst)
-    if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)) and not overwrite:
-        raise ConversionError(f"{dst} exists and is not empty; choose another destination (or --force)")
-    parent = os.path.dirname(dst)
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(dst)}.incomplete")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    tmp = staging_dir(dst, overwrite, ConversionError, " (or --force)")
     write_safetensors(tensors, os.path.join(tmp, "model.safetensors"))
     atomic_write_text(os.path.join(tmp, "config.json"), json.dumps(config, indent=2, sort_keys=True) + "\n")
     if tokenizer:
@@ -91,7 +85,6 @@ def write_hf_dir(dst: str, config: dict, tensors: dict, tokenizer=None, overwrit
         for s in srcs:
             if os.path.isfile(s):
                 shutil.copy2(s, os.path.join(tmp, os.path.basename(s)))
-    from ..checkpoint.format import commit_directory
     commit_directory(tmp, dst)
     return dst
 

@@ -47,8 +47,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .build import register_arch
-from .transformer import (CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm,
-                          rope_tables)
+from .transformer import CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm
 
 
 class PostNormBlock(TransformerBlock):
@@ -113,10 +112,7 @@ class BertModel(TiedEmbeddingStage, nn.Module):
         if cfg.position_embedding not in ("learned", "rope"):
             raise ValueError(f"BERT positions are 'learned' (BERT) or 'rope' (rotary, as ModernBERT); got "
                              f"position_embedding='{cfg.position_embedding}'")
-        self.cfg = cfg
-        self.vocab_size = vocab_size
-        self.padded_vocab_size = padded_vocab_size or vocab_size
-        self.pre_process, self.post_process = pre_process, post_process
+        self.init_stage(cfg, vocab_size, padded_vocab_size, pre_process, post_process)
         self.post_norm = bool(getattr(cfg, "bert_post_norm", False))
         ids = list(range(cfg.num_layers)) if layer_ids is None else list(layer_ids)
         if pre_process:
@@ -150,20 +146,17 @@ class BertModel(TiedEmbeddingStage, nn.Module):
         ``(loss_sum, count)`` with labels, where ``loss_sum / max(count, 1)`` = mean LM + mean binary loss
         (with ``parts``, the separate sums of :meth:`loss_parts` instead).
         """
+        seq = tokens.size(1) if tokens is not None else self.full_seq_len(hidden)
+        pos = torch.arange(seq, device=(tokens if tokens is not None else hidden).device)
         if self.pre_process:
-            pos = torch.arange(tokens.size(1), device=tokens.device)[None]
-            x = self.embed(tokens, pos, types)
+            x = self.embed(tokens, pos[None], types)
             if self.post_norm:
                 x = self.embed_norm(x)
             x = self.embed_dropout(x)
         else:
             x = hidden
         mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
-        rope = None
-        if self.cfg.position_embedding == "rope":
-            seq = tokens.size(1) if tokens is not None else self.full_seq_len(hidden)
-            cos, sin = rope_tables(torch.arange(seq, device=x.device), self.cfg.head_dim, self.cfg.rope_theta)
-            rope = (cos, sin, cos, sin)
+        rope = self.rope_for(pos)
         for layer in self.layers.values():
             x = layer(x, mask=mask, rope=rope)
         if not self.post_process:

@@ -13,8 +13,7 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .transformer import (CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, make_norm,
-                          rope_tables)
+from .transformer import CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, make_norm
 
 
 class GPTModel(TiedEmbeddingStage, nn.Module):
@@ -22,10 +21,7 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
                  layer_ids: Optional[Sequence[int]] = None, pre_process: bool = True,
                  post_process: bool = True) -> None:
         super().__init__()
-        self.cfg = cfg
-        self.vocab_size = vocab_size
-        self.padded_vocab_size = padded_vocab_size or vocab_size
-        self.pre_process, self.post_process = pre_process, post_process
+        self.init_stage(cfg, vocab_size, padded_vocab_size, pre_process, post_process)
         ids = list(range(cfg.num_layers)) if layer_ids is None else list(layer_ids)
         if pre_process:
             self.embed = Embedding(cfg, self.padded_vocab_size)
@@ -36,12 +32,6 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
             self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=False)
             self.loss_fn = CrossEntropy(vocab_size)
         self.tie_weights()
-
-    def _rope(self, position_ids: torch.Tensor, cache: Optional[KVCache]):
-        if self.cfg.position_embedding != "rope":
-            return None
-        cos, sin = rope_tables(position_ids, self.cfg.head_dim, self.cfg.rope_theta)
-        return cos, sin, cos, sin
 
     def forward(self, tokens: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 hidden: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
@@ -57,8 +47,8 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
             x = self.embed_dropout(self.embed(tokens, position_ids))
         else:
             x = hidden
-        rope = self._rope(position_ids[0] if position_ids.dim() == 2 and position_ids.size(0) == 1
-                          else position_ids, cache)
+        rope = self.rope_for(position_ids[0] if position_ids.dim() == 2 and position_ids.size(0) == 1
+                             else position_ids)
         for layer in self.layers.values():
             x = layer(x, rope=rope, cache=cache)
         if not self.post_process:

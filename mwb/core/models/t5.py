@@ -163,10 +163,7 @@ class T5Model(TiedEmbeddingStage, nn.Module):
         if cfg.position_embedding not in ("relative", "learned"):
             raise ValueError(f"T5 positions must be 'relative' (T5) or 'learned' (Megatron T5), got "
                              f"'{cfg.position_embedding}'")
-        self.cfg = cfg
-        self.vocab_size = vocab_size
-        self.padded_vocab_size = padded_vocab_size or vocab_size
-        self.pre_process, self.post_process = pre_process, post_process
+        self.init_stage(cfg, vocab_size, padded_vocab_size, pre_process, post_process)
         relative = cfg.position_embedding == "relative"
         n_enc, n_dec = cfg.num_layers, cfg.num_decoder_layers or cfg.num_layers
         ids = list(range(n_enc + n_dec)) if layer_ids is None else list(layer_ids)

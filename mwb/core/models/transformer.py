@@ -240,17 +240,33 @@ class TiedEmbeddingStage:
     ``post_process`` and ``cfg.tie_embeddings``: the head shares the word embedding when both live on this
     stage; otherwise a stage holding only one of them keeps a copy that the optimizer keeps equal.
 
-    It also records how many ranks share the sequence between layers (tp under sequence parallelism), so a
-    stage that receives hidden states (a sequence slice) still knows the full length, e.g. for rotary
-    tables."""
+    It also holds what every stage-aware model (GPT, BERT, T5) keeps: config, vocabulary sizes, whether the
+    stage is first/last (:meth:`init_stage`), how many ranks share the sequence between layers (tp under
+    sequence parallelism, so a stage that receives a sequence slice still knows the full length) and the
+    rotary tables for given positions (:meth:`rope_for`)."""
 
     seq_shards = 1
+
+    def init_stage(self, cfg: ModelConfig, vocab_size: int, padded_vocab_size: Optional[int], pre_process: bool,
+                   post_process: bool) -> None:
+        """The attributes every stage-aware model keeps (call after ``nn.Module.__init__``)."""
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.padded_vocab_size = padded_vocab_size or vocab_size
+        self.pre_process, self.post_process = pre_process, post_process
 
     def parallelize_tp(self, state) -> None:
         self.seq_shards = state.tp_size if state.sp else 1
 
     def full_seq_len(self, hidden: torch.Tensor) -> int:
         return hidden.size(1) * self.seq_shards
+
+    def rope_for(self, positions: torch.Tensor) -> Optional[tuple]:
+        """``(q_cos, q_sin, k_cos, k_sin)`` for ``positions`` with rotary positions configured, else None."""
+        if self.cfg.position_embedding != "rope":
+            return None
+        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
+        return cos, sin, cos, sin
 
     def tie_weights(self) -> None:
         if self.cfg.tie_embeddings and self.pre_process and self.post_process:

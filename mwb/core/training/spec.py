@@ -22,6 +22,7 @@ class ModelSpec:
 
     def __init__(self, cfg: RunConfig, vocab_size: int) -> None:
         self.cfg, self.vocab_size = cfg, vocab_size
+        self.reset_metrics()
 
     def build_chunk(self, state, stage: StageSpec, device, dtype: Optional[torch.dtype]) -> nn.Module:
         return build_model(self.cfg.model, state, self.vocab_size, self.cfg.train.seed, device, dtype,
@@ -43,18 +44,15 @@ class ModelSpec:
         self._metric_sums: dict = {}
 
     def record_metric(self, name: str, total: torch.Tensor, count: torch.Tensor) -> None:
-        sums = getattr(self, "_metric_sums", None)
-        if sums is None:
-            sums = self._metric_sums = {}
-        t, c = sums.get(name, (0.0, 0.0))  # tensors, not floats: no device sync per micro-batch
-        sums[name] = (t + total.detach().double(), c + count.detach().double())
+        # kept as tensors, not floats: no device sync per micro-batch
+        pair = torch.stack([total.detach().double(), count.detach().double()])
+        self._metric_sums[name] = self._metric_sums[name] + pair if name in self._metric_sums else pair
 
     def metric_sums(self, device) -> torch.Tensor:
         """``[len(metric_names), 2]`` float64 (Σ value, Σ count) recorded since :meth:`reset_metrics`."""
-        sums = getattr(self, "_metric_sums", None) or {}
-        zero = torch.zeros((), dtype=torch.float64, device=device)
-        return torch.stack([torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) + zero
-                                         for v in sums.get(n, (0.0, 0.0))]) for n in self.metric_names])
+        zero = torch.zeros(2, dtype=torch.float64, device=device)
+        return torch.stack([self._metric_sums[n].to(device) if n in self._metric_sums else zero
+                            for n in self.metric_names])
 
     def nominal_count(self, micro_batch: int, seq_length: int) -> float:
         """A fixed stand-in for the loss-token count of one micro-batch, used to keep the backward pass

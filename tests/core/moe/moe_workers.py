@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from mwb.core.models.moe import MoELayer
-from tests.helpers.workers import full_grads, make_trainer
+from tests.helpers.workers import capture_first_grads, make_trainer
 
 
 def _moe_layers(trainer):
@@ -22,15 +22,7 @@ def train_moe(rank: int, world: int, tree: dict) -> dict:
     layers = _moe_layers(trainer)
     for m in layers.values():
         m.routing_log = []
-    grads = None
-    orig_apply = trainer.optimizer.apply
-
-    def apply(lr, loss_scale=1.0, grad_scale=1.0):
-        nonlocal grads
-        if grads is None:
-            grads = full_grads(trainer, loss_scale, grad_scale)
-        return orig_apply(lr, loss_scale, grad_scale)
-    trainer.optimizer.apply = apply
+    first = capture_first_grads(trainer)
     routing, dropped = {}, []
 
     def after_step(tr, res, stop):
@@ -41,7 +33,7 @@ def train_moe(rank: int, world: int, tree: dict) -> dict:
     history = trainer.run(after_step)
     st = trainer.state
     return {"losses": [h.loss for h in history], "aux": [h.extra.get("moe_aux_loss") for h in history],
-            "z": [h.extra.get("moe_z_loss") for h in history], "grads": grads, "routing": routing,
+            "z": [h.extra.get("moe_z_loss") for h in history], "grads": first.get("grads"), "routing": routing,
             "dropped": sum(dropped),
             "dp_rank": st.dp_rank, "tp_rank": st.tp_rank}
 
@@ -57,9 +49,3 @@ def global_routing(results: list) -> dict:
     names = sorted({n for r in ranks for n in r["routing"]})
     return {n: torch.cat([torch.cat(r["routing"][n]) for r in ranks if n in r["routing"]]) for n in names}
 
-
-def merged_grads(results: list) -> dict:
-    out = {}
-    for r in results:
-        out.update(r["grads"])
-    return out

@@ -3,9 +3,9 @@ trains exactly like one process: same per-step losses and aux losses, same step-
 import pytest
 import torch
 
-from tests.core.moe.moe_workers import global_routing, merged_grads, train_many, train_moe
+from tests.core.moe.moe_workers import global_routing, train_many, train_moe
 from tests.helpers.distributed import run_ranks
-from tests.helpers.compare import rel
+from tests.helpers.compare import assert_grads_match, assert_losses_match, rel
 
 BASE = {
     "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "dropout": 0.0,
@@ -70,9 +70,7 @@ def test_expert_parallel_layout_matches_single_process(references, parallel_resu
     ref = references[LAYOUTS[name][1]]
     results = parallel_results[name]
     got = results[0]
-    assert len(got["losses"]) == 5
-    for step, (a, b) in enumerate(zip(got["losses"], ref["losses"])):
-        assert rel(a, b) < 1e-5, f"{name} step {step + 1}: loss {a} vs single process {b}"
+    assert_losses_match(name, got["losses"], ref["losses"])
     for key in ("aux", "z"):
         for a, b in zip(got[key], ref[key]):
             assert (a is None) == (b is None) and (a is None or rel(a, b) < 1e-5), f"{name} {key}: {a} vs {b}"
@@ -85,10 +83,7 @@ def test_expert_parallel_layout_matches_single_process(references, parallel_resu
                     and set(o["routing"]) == set(r["routing"]))
         for layer, logs in r["routing"].items():
             assert all(torch.equal(a, b) for a, b in zip(logs, twin["routing"][layer]))
-    grads = merged_grads(results)
-    assert set(grads) == set(ref["grads"])
-    for k, g in ref["grads"].items():
-        torch.testing.assert_close(grads[k], g, rtol=1e-4, atol=1e-6, msg=f"{name}: gradient of {k}")
+    assert_grads_match(name, results, ref["grads"])
 
 
 def test_capacity_mode_really_drops(references):

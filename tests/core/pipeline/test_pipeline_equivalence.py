@@ -4,12 +4,11 @@ last stage start equal and stay equal."""
 import copy
 
 import pytest
-import torch
 
 from tests.core.pipeline.pipeline_workers import report_with_tied_check
 from tests.helpers.distributed import run_ranks
 from tests.helpers.workers import train_and_report
-from tests.helpers.compare import rel
+from tests.helpers.compare import assert_grads_match, assert_losses_match
 
 BASE = {
     "model": {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "dropout": 0.0,
@@ -49,16 +48,9 @@ def test_pipeline_layout_matches_single_process(reference, name):
     world, parallel = LAYOUTS[name]
     results = run_ranks(report_with_tied_check, world, tree(**parallel))
     losses = results[0]["losses"]
-    assert len(losses) == 5
-    for step, (a, b) in enumerate(zip(losses, reference["losses"])):
-        assert rel(a, b) < 1e-5, f"{name} step {step + 1}: loss {a} vs single process {b}"
+    assert_losses_match(name, losses, reference["losses"])
     assert all(r["losses"] == losses for r in results), f"{name}: ranks report different losses"
-    grads = {}
-    for r in results:
-        grads.update(r["grads"])
-    assert set(grads) == set(reference["grads"])
-    for k, ref in reference["grads"].items():
-        torch.testing.assert_close(grads[k], ref, rtol=1e-4, atol=1e-6, msg=f"{name}: gradient of {k}")
+    assert_grads_match(name, results, reference["grads"])
     for rank, r in enumerate(results):
         assert r["tied_equal_init"], f"{name} rank {rank}: tied embedding copies differ at initialisation"
         assert r["tied_equal_end"], f"{name} rank {rank}: tied embedding copies differ after training"
@@ -78,10 +70,5 @@ def test_rope_model_pp2_tp2_sp_matches_single_process():
     par = copy.deepcopy(base)
     par["parallel"] = {"pp": 2, "tp": 2, "sp": True}
     results = run_ranks(report_with_tied_check, 4, par)
-    for step, (a, b) in enumerate(zip(results[0]["losses"], ref["losses"])):
-        assert rel(a, b) < 1e-5, f"step {step + 1}: loss {a} vs single process {b}"
-    grads = {}
-    for r in results:
-        grads.update(r["grads"])
-    for k, g in ref["grads"].items():
-        torch.testing.assert_close(grads[k], g, rtol=1e-4, atol=1e-6, msg=f"gradient of {k}")
+    assert_losses_match("rope pp2 tp2 sp", results[0]["losses"], ref["losses"])
+    assert_grads_match("rope pp2 tp2 sp", results, ref["grads"])
