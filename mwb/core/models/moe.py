@@ -237,6 +237,7 @@ class GroupedExperts(nn.Module):
         self.w3 = nn.Parameter(torch.empty(e, h, f)) if cfg.activation == "swiglu" else None
         self.w2 = nn.Parameter(torch.empty(e, f, h))
         for p in self.parameters():
+            nn.init.normal_(p, std=cfg.init_std)  # default for a standalone module; initialize() overwrites it
             p.expert = True  # reduced over expert-data-parallel ranks, norm summed over EP
 
     @property

@@ -85,7 +85,8 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bidirectional
         self.num_buckets = cfg.relative_attention_num_buckets
         self.max_distance = cfg.relative_attention_max_distance
-        self.weight = nn.Parameter(torch.empty(self.num_buckets, cfg.num_attention_heads))
+        # a usable default for a model built on its own; build_model's initialize() overwrites it
+        self.weight = nn.Parameter(torch.empty(self.num_buckets, cfg.num_attention_heads).normal_(std=cfg.init_std))
 
     def forward(self, q_len: int, k_len: int, device) -> torch.Tensor:
         rel = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None]
