@@ -134,12 +134,8 @@ class MetricsLogger:
             self.tb.add_scalar("valid/ppl", rec["ppl"], step)
             for k, v in (extra or {}).items():
                 self.tb.add_scalar(f"valid/{k}", v, step)
-        msg = f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}" + \
-            "".join(f"  {k.replace('_', ' ')} {v:.4f}" for k, v in (extra or {}).items())
-        if self.bar is not None:
-            self.bar.write(msg)
-        elif self.plain:
-            print(msg, file=sys.stderr, flush=True)
+        self._say(f"step {step}: valid loss {loss:.4f}  ppl {rec['ppl']:.2f}" +
+                  "".join(f"  {k.replace('_', ' ')} {v:.4f}" for k, v in (extra or {}).items()))
 
     def log_eval(self, step: int, metrics: dict) -> None:
         """A task evaluation (e.g. dev accuracy after an epoch) as a ``"split": "valid"`` record."""
@@ -152,12 +148,14 @@ class MetricsLogger:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)):
                     self.tb.add_scalar(f"valid/{k}", v, step)
+        self._say(f"step {step}: " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float)))
+
+    def _say(self, msg: str) -> None:
+        """A line between progress updates: above the bar on a terminal, on stderr in plain mode."""
         if self.bar is not None:
-            shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-            self.bar.write(f"step {step}: {shown}")
+            self.bar.write(msg)
         elif self.plain:
-            shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-            print(f"step {step}: {shown}", file=sys.stderr, flush=True)
+            print(msg, file=sys.stderr, flush=True)
 
     def close(self) -> Optional[str]:
         """Flush everything and draw the loss curves; returns the plot's path."""

@@ -110,14 +110,19 @@ class Trainer:
         return get_microbatches(dataset, step, t.global_batch_size, t.micro_batch_size, self.dims.dp,
                                 self.state.dp_rank, self.device)
 
-    def _global_loss(self, loss_sum: torch.Tensor, count: torch.Tensor) -> tuple[float, float]:
-        """Σ loss and Σ tokens over the global batch: only last-stage, TP-rank-0 ranks contribute."""
+    def _sum_over_loss_ranks(self, buf: torch.Tensor) -> torch.Tensor:
+        """``buf`` summed over the ranks that hold losses (last stage, TP rank 0: one per data-parallel
+        replica); every other rank's copy counts as zeros."""
         st = self.state
-        contributes = st.is_last_stage and st.tp_rank == 0
-        buf = torch.stack([loss_sum, count]).double().to(self.device) if contributes else \
-            torch.zeros(2, dtype=torch.float64, device=self.device)
+        if not (st.is_last_stage and st.tp_rank == 0):
+            buf = torch.zeros_like(buf)
         if self.dims.world_size > 1:
             dist.all_reduce(buf)
+        return buf
+
+    def _global_loss(self, loss_sum: torch.Tensor, count: torch.Tensor) -> tuple[float, float]:
+        """Σ loss and Σ tokens over the global batch."""
+        buf = self._sum_over_loss_ranks(torch.stack([loss_sum, count]).double().to(self.device))
         return float(buf[0]), float(buf[1])
 
     def _global_metrics(self) -> dict:
@@ -125,12 +130,7 @@ class Trainer:
         names = self.spec.metric_names
         if not names:
             return {}
-        st = self.state
-        buf = self.spec.metric_sums(self.device)
-        if not (st.is_last_stage and st.tp_rank == 0):
-            buf = torch.zeros_like(buf)
-        if self.dims.world_size > 1:
-            dist.all_reduce(buf)
+        buf = self._sum_over_loss_ranks(self.spec.metric_sums(self.device))
         return {n: float(buf[i, 0] / buf[i, 1].clamp(min=1.0)) for i, n in enumerate(names)}
 
     def _set_train(self, mode: bool) -> None:
