@@ -152,10 +152,11 @@ def scatter_to_sequence(x: torch.Tensor, group) -> torch.Tensor:
     return x if group_size(group) == 1 else _ScatterToRegion.apply(x, SEQ_DIM, group)
 
 
-def gather_from_sequence(x: torch.Tensor, group, grad_reduce: bool = True) -> torch.Tensor:
-    """All-gather the sequence forward; backward reduce-scatters (the gathered tensor feeds TP-sharded
-    matmuls whose input-gradients are partial sums) or, with ``grad_reduce=False``, just splits."""
-    return x if group_size(group) == 1 else _GatherFromRegion.apply(x, SEQ_DIM, group, grad_reduce)
+def gather_from_sequence(x: torch.Tensor, group, grad_reduce: bool = True, dim: int = SEQ_DIM) -> torch.Tensor:
+    """All-gather the sequence (``dim``) forward; backward reduce-scatters (the gathered tensor feeds
+    computations whose input-gradients are partial sums: TP-sharded matmuls, or every context-parallel rank's
+    queries attending to gathered keys) or, with ``grad_reduce=False``, just splits."""
+    return x if group_size(group) == 1 else _GatherFromRegion.apply(x, dim, group, grad_reduce)
 
 
 def reduce_scatter_to_sequence(x: torch.Tensor, group) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .collectives import group_rank, group_size
+from .collectives import gather_from_sequence, group_rank, group_size
 
 
 def zigzag_positions(seq_local: int, rank: int, size: int, device=None) -> torch.Tensor:
@@ -37,10 +37,9 @@ class ContextParallel:
 
     def gather_kv(self, k: torch.Tensor, v: torch.Tensor, causal: bool):
         """Keys/values of the whole sequence (``[b, heads, s, d]``) and the causal mask for local queries."""
-        from .collectives import _GatherFromRegion
         sq = k.size(2)
-        k_all = _GatherFromRegion.apply(k.contiguous(), 2, self.group, True)
-        v_all = _GatherFromRegion.apply(v.contiguous(), 2, self.group, True)
+        k_all = gather_from_sequence(k.contiguous(), self.group, dim=2)
+        v_all = gather_from_sequence(v.contiguous(), self.group, dim=2)
         mask = None
         if causal:
             qpos = zigzag_positions(sq, self.rank, self.size, k.device)
