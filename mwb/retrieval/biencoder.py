@@ -2,10 +2,10 @@
 
 A tower is mwb's :class:`~mwb.core.models.bert.BertModel` without its pretraining heads (pre-norm with a
 final LayerNorm, or Hugging Face's post-norm layout), so everything that parallelises BERT applies to it
-unchanged: :func:`build_biencoder` follows :func:`mwb.core.models.build.build_model` step for step (meta
-device → tensor/sequence parallel plan → materialise → layout-independent init), and parameter names are
-BERT's under a ``query.`` / ``context.`` prefix, so a BERT checkpoint initialises either tower by name and
-the checkpoint code (vocabulary padding, TP slicing) treats a bi-encoder like any other model.
+unchanged: :func:`build_biencoder` goes through :func:`mwb.core.models.build.construct_sharded` like every
+model (meta device → parallel plan → materialise), then the layout-independent init per tower. Parameter
+names are BERT's under a ``query.`` / ``context.`` prefix, so a BERT checkpoint initialises either tower by
+name and the checkpoint code (vocabulary padding, TP slicing) treats a bi-encoder like any other model.
 
 Towers are separate by default (DPR, Megatron's ICT) or one shared module (``shared``; sentence-transformers
 models such as all-MiniLM). Pooling is the [CLS] hidden state (DPR) or the mask-weighted mean
@@ -184,15 +184,11 @@ def in_batch_loss(q: torch.Tensor, c: torch.Tensor, contexts_per_query: int, div
 def build_biencoder(cfg: ModelConfig, rcfg: RetrievalConfig, state, vocab_size: int, seed: int, device="cpu",
                     dtype: Optional[torch.dtype] = None) -> BiEncoder:
     """The bi-encoder for this rank, initialised exactly like the one-process model (mirrors build_model)."""
-    from mwb.core.models.build import materialize
+    from mwb.core.models.build import construct_sharded
     from mwb.core.models.init import initialize
-    from mwb.core.parallel.tensor_parallel import parallelize_tensor
 
     padded = padded_vocab_size(vocab_size, cfg.make_vocab_size_divisible_by, state.tp_size)
-    with torch.device("meta"):
-        model = BiEncoder(cfg, rcfg, vocab_size, padded)
-    parallelize_tensor(model, state)
-    materialize(model, device, dtype)
+    model = construct_sharded(lambda: BiEncoder(cfg, rcfg, vocab_size, padded), cfg, state, device, dtype)
     # Each tower is initialised under its own (tower-relative) names, so separate towers start identical,
     # as DPR's two encoders start from one BERT: at step 0 a passage then scores highest against text that
     # it contains, which training sharpens. Independently drawn towers start unaligned and, from scratch,

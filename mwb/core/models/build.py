@@ -72,8 +72,18 @@ def build_model(cfg: ModelConfig, state, vocab_size: int, seed: int, device="cpu
     """The model (or pipeline stage) for this rank, initialised identically to the single-process model."""
     padded = padded_vocab_size(vocab_size, cfg.make_vocab_size_divisible_by, state.tp_size)
     ctor = _load_arch(cfg.arch)
+    model = construct_sharded(lambda: ctor(cfg, vocab_size, padded, layer_ids, pre_process, post_process),
+                              cfg, state, device, dtype)
+    initialize(model, seed, cfg.init_std, cfg.num_layers, cfg.tie_embeddings, real_vocab=vocab_size)
+    return model
+
+
+def construct_sharded(make: Callable[[], nn.Module], cfg: ModelConfig, state, device,
+                      dtype: Optional[torch.dtype] = None) -> nn.Module:
+    """``make()`` on the meta device, parallelised for this rank (tensor/sequence, context and expert
+    plans), then given real, uninitialised storage: the caller initialises it (:func:`initialize`)."""
     with torch.device("meta"):
-        model = ctor(cfg, vocab_size, padded, layer_ids, pre_process, post_process)
+        model = make()
     parallelize_tensor(model, state)
     if state.cp_size > 1:
         from ..parallel.context import parallelize_context
@@ -81,9 +91,7 @@ def build_model(cfg: ModelConfig, state, vocab_size: int, seed: int, device="cpu
     if cfg.num_experts:
         from ..parallel.expert import parallelize_experts
         parallelize_experts(model, state)
-    materialize(model, device, dtype)
-    initialize(model, seed, cfg.init_std, cfg.num_layers, cfg.tie_embeddings, real_vocab=vocab_size)
-    return model
+    return materialize(model, device, dtype)
 
 
 def count_parameters(model: nn.Module) -> int:
