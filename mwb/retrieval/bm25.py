@@ -8,13 +8,11 @@ file's hash and the parameters, and reused by later runs.
 """
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Optional, Sequence
 
 import numpy as np
 
-from mwb.core.data.cache import digest, file_lock, log
+from mwb.core.data.cache import cached_dir, digest
 
 from .index import evidence_digest, retrieval_cache
 
@@ -29,33 +27,22 @@ def _bm25s():
 
 
 class BM25Retriever:
-    def __init__(self, evidence, cache_dir: Optional[str] = None, k1: float = 1.5, b: float = 0.75,
-                 rank: int = 0) -> None:
+    def __init__(self, evidence, cache_dir: Optional[str] = None, k1: float = 1.5, b: float = 0.75) -> None:
         bm25s = _bm25s()
         self.n = len(evidence)
         key = digest({"evidence": evidence_digest(evidence.path, cache_dir), "k1": k1, "b": b,
                       "bm25s": getattr(bm25s, "__version__", "?"), "fields": "title+text", "stopwords": "en"})
-        root = retrieval_cache(cache_dir)
-        final = os.path.join(root, f"bm25-{key[:24]}")
-        self.reused = os.path.isdir(final)
-        if not self.reused:
-            with file_lock(os.path.join(root, f".bm25-{key[:24]}.lock")):
-                if not os.path.isdir(final):
-                    docs = [f"{t} {x}" if t else x for t, x in zip(evidence.titles, evidence.texts)]
-                    model = bm25s.BM25(k1=k1, b=b)
-                    model.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
-                    tmp = f"{final}.{os.getpid()}.partial"
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    model.save(tmp, show_progress=False)
-                    os.replace(tmp, final)
-                    if rank == 0:
-                        log(f"built BM25 index over {self.n} passages: {final}")
-                else:
-                    self.reused = True
-        if self.reused and rank == 0:
-            log(f"reusing cached BM25 index: {final}")
-        self.model = bm25s.BM25.load(final, show_progress=False)
-        self.path = final
+
+        def build(tmp: str) -> None:
+            docs = [f"{t} {x}" if t else x for t, x in zip(evidence.titles, evidence.texts)]
+            model = bm25s.BM25(k1=k1, b=b)
+            model.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
+            model.save(tmp, show_progress=False)
+
+        # ranks of one job wait for a single builder (cached_dir's lock) and log on rank 0 only
+        self.path, self.reused = cached_dir(retrieval_cache(cache_dir), f"bm25-{key[:24]}", build,
+                                            f"BM25 index over {self.n} passages")
+        self.model = bm25s.BM25.load(self.path, show_progress=False)
 
     def search(self, questions: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, passage rows) ``[n, min(k, N)]``, best first."""

@@ -28,7 +28,7 @@ import numpy as np
 from mwb.core.data.sentences import split_sentences
 from mwb.core.errors import DataError
 
-from .text import pad_batch, specials
+from .text import context_ids, context_sequence, pad_batch, query_ids, query_sequence, specials
 
 EPOCH_SAMPLES = 10**9
 
@@ -61,11 +61,6 @@ def _sample(q: list, ctxs: list, rcfg, pad: int) -> dict:
     return {"q_tokens": qt[0], "q_mask": qm[0], "c_tokens": ct, "c_mask": cm}
 
 
-def _context(cls: int, sep: int, title: list, body: list, max_len: int) -> list:
-    seq = [cls] + (title + [sep] if title else []) + body
-    return seq[: max_len - 1] + [sep]
-
-
 class ICTDataset(_Permuted):
     """Inverse cloze task samples from evidence passages (those with at least two sentences)."""
 
@@ -85,7 +80,7 @@ class ICTDataset(_Permuted):
         titles = tok.encode_batch([t or "" for t, _ in self.blocks])
         self.tokens, k = [], 0
         for (title, sents), tid in zip(self.blocks, titles):
-            self.tokens.append((tid if title else [], ids[k:k + len(sents)]))
+            self.tokens.append((tid if title else None, ids[k:k + len(sents)]))
             k += len(sents)
         super().__init__(len(self.blocks), seed, num_samples)
 
@@ -93,11 +88,11 @@ class ICTDataset(_Permuted):
         title, sents = self.tokens[self.record(i)]
         rng = np.random.default_rng([self.seed, 11, int(i)])
         s = int(rng.integers(len(sents)))
-        query = [self.cls] + sents[s][: self.rcfg.query_length - 2] + [self.sep]
+        query = query_sequence(self.cls, self.sep, sents[s], self.rcfg.query_length)
         keep = rng.random() < self.rcfg.query_in_block_prob
         body = [t for j, sent in enumerate(sents) if keep or j != s for t in sent]
-        return _sample(query, [_context(self.cls, self.sep, title, body, self.rcfg.context_length)], self.rcfg,
-                       self.pad)
+        context = context_sequence(self.cls, self.sep, title, body, self.rcfg.context_length)
+        return _sample(query, [context], self.rcfg, self.pad)
 
 
 def read_dpr_json(path: str) -> list[dict]:
@@ -133,15 +128,9 @@ class DPRDataset(_Permuted):
     """Question, positive and hard negatives from DPR-format records."""
 
     def __init__(self, records: list, tok, rcfg, seed: int, num_samples: Optional[int] = None) -> None:
-        self.cls, self.sep, self.pad = specials(tok)
+        self.pad = specials(tok)[2]  # also checks the tokenizer has [CLS]/[SEP]
         self.records, self.tok, self.rcfg = records, tok, rcfg
         super().__init__(len(records), seed, num_samples)
-
-    def _ctx_ids(self, ctxs: list) -> list:
-        titles = self.tok.encode_batch([c.get("title") or "" for c in ctxs])
-        bodies = self.tok.encode_batch([c.get("text") or "" for c in ctxs])
-        return [_context(self.cls, self.sep, t if c.get("title") else [], b, self.rcfg.context_length)
-                for c, t, b in zip(ctxs, titles, bodies)]
 
     def contexts_for(self, r: int, rng) -> list:
         rec, n = self.records[r], self.rcfg.hard_negatives
@@ -161,5 +150,7 @@ class DPRDataset(_Permuted):
     def __getitem__(self, i: int) -> dict:
         r = self.record(i)
         rng = np.random.default_rng([self.seed, 13, int(i)])
-        q = [self.cls] + self.tok.encode(str(self.records[r]["question"]))[: self.rcfg.query_length - 2] + [self.sep]
-        return _sample(q, self._ctx_ids(self.contexts_for(r, rng)), self.rcfg, self.pad)
+        q = query_ids(self.tok, [str(self.records[r]["question"])], self.rcfg.query_length)[0]
+        ctxs = self.contexts_for(r, rng)
+        return _sample(q, context_ids(self.tok, [c.get("title") for c in ctxs], [c.get("text") or "" for c in ctxs],
+                                      self.rcfg.context_length), self.rcfg, self.pad)

@@ -113,21 +113,13 @@ class DenseRetriever:
         self.device, self.batch_size = device, batch_size
 
     def search(self, questions, k: int):
-        import numpy as np
-        import torch
-
-        from .text import pad_batch, query_ids
+        from .biencoder import embed_texts
+        from .text import pad_batch, query_ids, specials
 
         ids = query_ids(self.tok, questions, self.rcfg.query_length)
-        pad = self.tok.pad if self.tok.pad is not None else 0
-        out = []
-        with torch.no_grad():
-            for s in range(0, len(ids), self.batch_size):
-                t, m = pad_batch(ids[s:s + self.batch_size], pad)
-                q = self.model.embed_queries(torch.as_tensor(t, device=self.device),
-                                             torch.as_tensor(m, device=self.device))
-                out.append(q.float().cpu().numpy())
-        return self.index.search(np.concatenate(out) if out else np.zeros((0, self.model.dim), np.float32), k)
+        pad = specials(self.tok)[2]
+        batches = (pad_batch(ids[s:s + self.batch_size], pad) for s in range(0, len(ids), self.batch_size))
+        return self.index.search(embed_texts(self.model, "query", batches, self.device).numpy(), k)
 
 
 def _say(msg: str) -> None:
@@ -213,7 +205,7 @@ class QATask(Task):
         if "bm25" in self.retrievers:
             from .bm25 import BM25Retriever
 
-            system.retrievers["bm25"] = BM25Retriever(evidence, rank=rank)
+            system.retrievers["bm25"] = BM25Retriever(evidence)
         _say(f"evidence: {evidence.path} ({len(evidence)} passages)")
         return cfg, system
 

@@ -152,21 +152,29 @@ def specials(tok) -> tuple[int, int, int]:
     return tok.cls, tok.sep, (tok.pad if tok.pad is not None else 0)
 
 
+def query_sequence(cls: int, sep: int, ids: list[int], max_len: int) -> list[int]:
+    """``[CLS] question [SEP]`` cut to ``max_len``."""
+    return [cls] + ids[: max_len - 2] + [sep]
+
+
+def context_sequence(cls: int, sep: int, title: Optional[list[int]], body: list[int], max_len: int) -> list[int]:
+    """``[CLS] title [SEP] text [SEP]`` (``[CLS] text [SEP]`` when ``title`` is None: DPR tests the title
+    string, not its tokens), cut to ``max_len`` with the last token kept ``[SEP]``."""
+    seq = [cls] + (title + [sep] if title is not None else []) + body
+    return seq[: max_len - 1] + [sep]
+
+
 def query_ids(tok, texts: Sequence[str], max_len: int) -> list[list[int]]:
     cls, sep, _ = specials(tok)
-    return [[cls] + ids[: max_len - 2] + [sep] for ids in tok.encode_batch(list(texts))]
+    return [query_sequence(cls, sep, ids, max_len) for ids in tok.encode_batch(list(texts))]
 
 
 def context_ids(tok, titles: Sequence[Optional[str]], texts: Sequence[str], max_len: int) -> list[list[int]]:
     cls, sep, _ = specials(tok)
     bodies = tok.encode_batch(list(texts))
     heads = tok.encode_batch([t or "" for t in titles])
-    out = []
-    for title, head, body in zip(titles, heads, bodies):
-        seq = [cls] + (head + [sep] if title else []) + body
-        seq = seq[: max_len - 1] + [sep]
-        out.append(seq)
-    return out
+    return [context_sequence(cls, sep, head if title else None, body, max_len)
+            for title, head, body in zip(titles, heads, bodies)]
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
