@@ -93,6 +93,7 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
     from mwb.core import checkpoint
     from mwb.core.training.launch import init_distributed
     from mwb.core.training.metrics_log import MetricsLogger, flops_per_token
+    from mwb.core.training.step_actions import StepActions
     from mwb.core.training.trainer import Trainer
 
     cfg = update(RunConfig(), cfg_tree)
@@ -102,7 +103,7 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
     spec = spec_for(cfg.model.arch)(cfg, plan.vocab_size)
     trainer = Trainer(cfg, spec, train, valid, world_size=world, device=device)
     ckpt_root = os.path.join(out, "checkpoints")
-    start = 0
+    start, latest = 0, None
     if resume:
         latest = checkpoint.latest_dir(ckpt_root)
         if latest is None:
@@ -128,24 +129,11 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
                            peak_tflops=cfg.logging.peak_tflops, world_size=world, start_step=start,
                            log_interval=cfg.logging.log_interval)
     trainer.install_signal_handlers()
-    t = cfg.train
-    last_saved = [start if resume else -1]
-
-    def after_step(tr, res, stop):
-        logger.log_step(res)
-        if valid is not None and ((t.eval_interval and res.step % t.eval_interval == 0) or res.step == t.steps):
-            loss = tr.evaluate()
-            logger.log_valid(res.step, loss, tr.eval_metrics)
-        if stop or res.step == t.steps or (t.save_interval and res.step % t.save_interval == 0):
-            checkpoint.save(tr, ckpt_root, keep_last=t.keep_last,
-                            extra_files={"tokenizer": plan.tokenizer} if plan.tokenizer else None)
-            last_saved[0] = res.step
-        if stop:
-            say(f"\nmwb: stopped by signal after step {res.step}; checkpoint saved, continue with --resume",
-                file=sys.stderr)
+    actions = StepActions(logger, ckpt_root, cfg.train,
+                          extra_files={"tokenizer": plan.tokenizer} if plan.tokenizer else None, say=say, saved=latest)
 
     t0 = time.time()
-    trainer.run(after_step)
+    trainer.run(actions)
     plot = logger.close()
     if rank == 0:
         say(f"mwb: {trainer.step - start} steps in {time.time() - t0:.1f} s (now at step {trainer.step})")
@@ -155,8 +143,8 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
             say(f"mwb: tensorboard     tensorboard --logdir {os.path.join(out, 'tensorboard')}")
         if plot:
             say(f"mwb: loss plot       {plot}")
-        if last_saved[0] >= 0:
-            say(f"mwb: checkpoint      {os.path.join(ckpt_root, f'step_{last_saved[0]}')}")
+        if actions.saved:
+            say(f"mwb: checkpoint      {actions.saved}")
 
 
 def pretrain(cfg: RunConfig, out: str, nproc: Optional[int], resume: bool) -> None:

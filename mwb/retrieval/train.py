@@ -162,6 +162,7 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
     from mwb.core.tokenizers import load_tokenizer
     from mwb.core.training.launch import init_distributed
     from mwb.core.training.metrics_log import MetricsLogger
+    from mwb.core.training.step_actions import StepActions
     from mwb.core.training.trainer import Trainer
 
     from .loading import write_config_file
@@ -197,21 +198,10 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
     logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
                            progress=cfg.logging.progress, world_size=world, start_step=start)
     trainer.install_signal_handlers()
-    t = cfg.train
-    saved = [None]
-
-    def after_step(tr, res, stop):
-        logger.log_step(res)
-        if valid is not None and ((t.eval_interval and res.step % t.eval_interval == 0) or res.step == t.steps):
-            logger.log_valid(res.step, tr.evaluate())
-        if stop or res.step == t.steps or (t.save_interval and res.step % t.save_interval == 0):
-            saved[0] = checkpoint.save(tr, ckpt_root, keep_last=t.keep_last, extra_files=extras)
-        if stop:
-            say(f"\nmwb: stopped by signal after step {res.step}; checkpoint saved, continue with --resume",
-                file=sys.stderr)
+    actions = StepActions(logger, ckpt_root, cfg.train, extra_files=extras, say=say, saved=latest)
 
     t0 = time.time()
-    history = trainer.run(after_step)
+    history = trainer.run(actions)
     logger.close()
     metrics = {}
     if plan.kind == "dpr":
@@ -222,11 +212,11 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
         say(f"mwb: {trainer.step} steps in {time.time() - t0:.1f} s")
         say(f"mwb: run directory   {os.path.abspath(out)}")
         say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
-        if saved[0]:
-            say(f"mwb: checkpoint      {saved[0]}")
+        if actions.saved:
+            say(f"mwb: checkpoint      {actions.saved}")
         if metrics:
             from mwb.evaluation.results import write_results
-            path = write_results(out, "dpr", metrics, checkpoint=saved[0], config=to_dict(cfg),
+            path = write_results(out, "dpr", metrics, checkpoint=actions.saved, config=to_dict(cfg),
                                  extra={"data": plan.data, "valid": plan.valid, "init": plan.init,
                                         "biencoder": dataclasses.asdict(rcfg), "world_size": world})
             say("mwb: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
