@@ -196,7 +196,8 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
             f"parameters) on {world} rank(s): tp {trainer.dims.tp} dp {trainer.dims.dp}; in-batch negatives "
             f"per forward: {cfg.train.micro_batch_size * trainer.dims.dp} questions", file=sys.stderr)
     logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
-                           progress=cfg.logging.progress, world_size=world, start_step=start)
+                           progress=cfg.logging.progress, world_size=world, start_step=start,
+                           log_interval=cfg.logging.log_interval)
     trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train, extra_files=extras, say=say, saved=latest)
 
