@@ -2,7 +2,7 @@
 
 Task-specific flags (``--strict`` for LAMBADA, flags of fine-tuning or QA tasks) are not known to this
 command: they are declared by each task (``Task.options``) and passed through, so a new task needs no
-change here. All the work is in :mod:`mwb.evaluation`; this module only parses, launches and prints.
+change here. All the work is in :mod:`mwb.tasks.harness`; this module only parses, launches and prints.
 """
 from __future__ import annotations
 
@@ -21,43 +21,12 @@ With no --data a task's bundled sample is used; with no --checkpoint the newest 
 
 
 def _list_tasks() -> None:
-    from mwb.evaluation.registry import list_tasks
+    from mwb.tasks.registry import list_tasks
 
     for name, cls in list_tasks().items():
-        click.echo(f"{name:14s} {cls.kind:9s} {cls.description}")
+        click.echo(f"{name:14s} {cls.objective:22s} {cls.description}")
         for opt, o in cls.options.items():
-            click.echo(f"{'':25s}--{opt.replace('_', '-')} ({o.type.__name__}, default {o.default}): {o.help}")
-
-
-def run_eval(task_name: str, task_opts: dict, checkpoint: str, data, out: str, tokenizer, limit) -> dict:
-    """Evaluate on this process (one rank of ``--nproc N`` when launched); rank 0 writes results.json."""
-    from mwb.core.training.launch import init_distributed
-    from mwb.evaluation.evaluator import evaluate
-    from mwb.evaluation.registry import get_task
-    from mwb.evaluation.results import write_results
-    from mwb.core.config import to_dict
-
-    rank, world, device = init_distributed()
-    task = get_task(task_name)(**task_opts)
-    cfg, lm = task.load_model(checkpoint, tokenizer, device=device)
-    if task_opts.get("seq_length") is None and "seq_length" in task.options and hasattr(lm, "max_length"):
-        # default context: the length an mwb model was trained at; a Hugging Face model's full context
-        from mwb.core.checkpoint.consolidate import is_hf_dir
-        trained = lm.max_length if is_hf_dir(checkpoint) else min(cfg.train.seq_length, lm.max_length)
-        task.opts["seq_length"] = min(trained, 1024)
-    report = evaluate(task, lm, data, limit=limit)
-    if rank == 0:
-        path = write_results(out, task.name, report["metrics"], checkpoint=os.path.abspath(checkpoint),
-                             config=to_dict(cfg),
-                             extra={"data": _where(task.data_path(data)), "task_options": task.opts,
-                                    "num_examples": report["num_examples"], "seconds": report["seconds"],
-                                    "world_size": world})
-        report["path"] = path
-    return report
-
-
-def _where(path: str) -> str:
-    return os.path.abspath(path) if os.path.exists(path) else path  # a hub dataset name stays a name
+            click.echo(f"{'':38s}--{opt.replace('_', '-')} ({o.type.__name__}, default {o.default}): {o.help}")
 
 
 @click.command(name="eval", epilog=EPILOG,
@@ -80,8 +49,9 @@ def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, ove
     """Evaluate a checkpoint on TASK (`mwb eval --list` shows the tasks)."""
     from mwb.core.config import ConfigError
     from mwb.evaluation.loading import resolve_checkpoint
-    from mwb.evaluation.registry import get_task
-    from mwb.evaluation.task import parse_task_args
+    from mwb.tasks.base import parse_task_args
+    from mwb.tasks.harness import run_eval
+    from mwb.tasks.registry import get_task
 
     if list_:
         return _list_tasks()
@@ -96,6 +66,13 @@ def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, ove
             opts[key] = value
     if checkpoint is None and hasattr(cls, "default_checkpoint"):  # a task with its own default model (qa)
         checkpoint = cls.default_checkpoint(say=lambda m: click.echo(m, err=True))
+    if checkpoint is None and cls.trainable():  # the newest fine-tuning run of this task
+        from mwb.cli.finetune import latest_run
+        checkpoint = latest_run(f"finetune-{cls.name}")
+        if checkpoint is None:
+            raise ConfigError(f"no --checkpoint given and no runs/finetune-{cls.name}-* run: pass --checkpoint "
+                              f"or run `mwb finetune {cls.name}` first")
+        click.echo(f"no --checkpoint given: using the newest fine-tuning run {checkpoint}", err=True)
     checkpoint = resolve_checkpoint(checkpoint, say=lambda m: click.echo(m, err=True))
     from mwb.cli.options import default_out
     out = out or default_out(f"eval-{cls.name}")

@@ -1,4 +1,8 @@
-"""``mwb finetune TASK``: fine-tune a pretrained checkpoint on a task (RACE; more tasks register here)."""
+"""``mwb finetune TASK``: fine-tune a checkpoint on any trainable task of the registry (``--list`` shows them).
+
+One command per task, made from the registry, so a new task file needs no change here. Task options
+(``Task.options``) pass through as ``--name value``; everything else is the shared training flags.
+"""
 from __future__ import annotations
 
 import glob
@@ -10,6 +14,13 @@ import click
 
 from .options import build_config, default_out, training_options
 
+PRETRAIN_FOR = {"bert": "pretrain-bert", "gpt": "pretrain-gpt", "t5": "pretrain-t5"}
+FINETUNE_DEFAULTS = {
+    "train": {"steps": 1, "micro_batch_size": 4, "global_batch_size": 16, "eval_interval": 0, "save_interval": 0},
+    "optim": {"lr": 1e-4, "warmup_steps": 0, "decay_steps": None, "lr_schedule": "linear", "min_lr": 0.0,
+              "weight_decay": 0.01},
+}
+
 
 def latest_run(prefix: str):
     runs = sorted(glob.glob(os.path.join("runs", f"{prefix}-*")), key=os.path.getmtime, reverse=True)
@@ -19,67 +30,99 @@ def latest_run(prefix: str):
     return None
 
 
-def default_bert_checkpoint(say) -> str:
-    """The newest `mwb pretrain bert` run, or a short one trained now (said out loud)."""
-    run = latest_run("pretrain-bert")
+def default_checkpoint(arch: str, say) -> str:
+    """The newest ``mwb pretrain ARCH`` run, or a short one trained now (said out loud)."""
+    prefix = PRETRAIN_FOR[arch]
+    run = latest_run(prefix)
     if run:
-        say(f"mwb: no --checkpoint given: fine-tuning the newest BERT pretraining run {run}")
+        say(f"mwb: no --checkpoint given: fine-tuning the newest {arch.upper()} pretraining run {run}")
         return run
-    out = default_out("pretrain-bert")
-    say(f"mwb: no --checkpoint given and no BERT pretraining run under runs/: pretraining a tiny BERT first "
-        f"({out}, 300 steps on the bundled corpus)")
-    cmd = [sys.executable, "-m", "mwb", "pretrain", "bert", "--steps", "300", "--eval-interval", "0", "--out", out]
+    out = default_out(prefix)
+    say(f"mwb: no --checkpoint given and no {arch.upper()} pretraining run under runs/: pretraining a tiny "
+        f"{arch.upper()} first ({out}, 300 steps on the bundled corpus)")
+    cmd = [sys.executable, "-m", "mwb", "pretrain", arch, "--steps", "300", "--eval-interval", "0", "--out", out]
     if subprocess.call(cmd) != 0:
-        raise click.ClickException("the BERT pretraining run failed; pass --checkpoint DIR")
+        raise click.ClickException(f"the {arch.upper()} pretraining run failed; pass --checkpoint DIR")
     return out
 
 
-def _task_command(name: str):
-    @click.command(name=name, help=f"Fine-tune a BERT checkpoint on {name.upper()} and report dev metrics.\n\n"
-                   "--checkpoint takes an mwb run/checkpoint or a Hugging Face BERT directory; with none, the "
-                   "newest `mwb pretrain bert` run is used (a tiny one is trained first if there is none). "
-                   "--data takes the task's official layout; with none, a bundled sample in that layout.")
+def _task_command(name: str, cls) -> click.Command:
+    arch = "bert" if cls.objective != "generative" else "gpt"
+
+    @click.command(name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                   help=f"{cls.description}\n\n--checkpoint takes an mwb run/checkpoint or a Hugging Face directory "
+                        f"({'a BERT encoder' if arch == 'bert' else 'a GPT or a T5'}); with none, the newest "
+                        f"`mwb pretrain {arch}` run (a tiny one is trained first if there is none). --data takes the "
+                        f"task's official layout; with none, its bundled sample. Task options: "
+                        + (", ".join("--" + k.replace("_", "-") for k in cls.options) or "none") + ".")
     @training_options
-    @click.option("--checkpoint", default=None, help="Pretrained checkpoint (mwb or Hugging Face BERT).")
+    @click.option("--checkpoint", default=None, help="Pretrained checkpoint (mwb or Hugging Face).")
     @click.option("--data", default=None, type=click.Path(), help="Task data directory or file.")
     @click.option("--epochs", type=int, default=3, show_default=True, help="Training epochs.")
-    def cmd(checkpoint, data, epochs, **kw):
+    @click.pass_context
+    def cmd(ctx, checkpoint, data, epochs, **kw):
         from mwb.core.checkpoint.consolidate import full_state
-        from mwb.tasks.base import get_finetune_task
-        from mwb.tasks.finetune import finetune
+        from mwb.core.config import ConfigError, update
+        from mwb.tasks.base import parse_task_args
+        from mwb.tasks.finetune import check_arch, finetune
 
-        task = get_finetune_task(name)
+        task_opts = parse_task_args(cls, ctx.args)
+        task = cls(**task_opts)
         say = lambda m: click.echo(m, err=True)  # noqa: E731
-        checkpoint = checkpoint or default_bert_checkpoint(say)
-        data = data or task.default_data
+        checkpoint = checkpoint or default_checkpoint(arch, say)
+        data = data or task.data_path(None)
         pre_cfg, _, _, tok_path = full_state(checkpoint)
-        if pre_cfg.model.arch != "bert":
-            raise click.UsageError(f"{checkpoint} holds a '{pre_cfg.model.arch}' model; {name} fine-tunes BERT")
+        check_arch(task, pre_cfg.model.arch, checkpoint)
         tokenizer = kw.get("tokenizer") or tok_path
         if not tokenizer:
-            raise click.UsageError(f"{checkpoint} has no tokenizer: pass --tokenizer")
-        base = pre_cfg
-        defaults = {"train": {"steps": 1, "micro_batch_size": 4, "global_batch_size": 16, "eval_interval": 0,
-                              "save_interval": 0}, "optim": {"lr": 1e-4, "warmup_steps": 0, "decay_steps": None,
-                                                             "lr_schedule": "linear", "min_lr": 0.0,
-                                                             "weight_decay": 0.01}}
-        from mwb.core.config import update
-        base = update(base, defaults)
+            raise ConfigError(f"{checkpoint} has no tokenizer: pass --tokenizer")
+        base = update(pre_cfg, FINETUNE_DEFAULTS)
         base = update(base, {"parallel": {k: v for k, v in vars(type(base.parallel)()).items()}})
         cfg = build_config(None, kw, base=base)
         out = kw.get("out") or default_out(f"finetune-{name}")
-        job = {"task": name, "data": os.path.abspath(data), "checkpoint": os.path.abspath(checkpoint),
-               "out": out, "epochs": epochs, "tokenizer": os.path.abspath(tokenizer), "resume": kw.get("resume")}
-        finetune(name, cfg, job, kw.get("nproc"))
+        job = {"task": name, "task_opts": task_opts, "data": os.path.abspath(data) if os.path.exists(data) else data,
+               "checkpoint": os.path.abspath(checkpoint), "out": out, "epochs": epochs,
+               "tokenizer": os.path.abspath(tokenizer), "resume": kw.get("resume")}
+        results = finetune(name, cfg, job, kw.get("nproc"))
+        if results:
+            shown = {k: v for k, v in results["metrics"].items() if isinstance(v, float)}
+            say("mwb: dev " + "  ".join(f"{k} {v:.4f}" for k, v in shown.items()))
+            say(f"mwb: best checkpoint {results['best_checkpoint']} (epoch {results['metrics'].get('epoch')})")
+            say(f"mwb: results         {os.path.join(out, 'results.json')}")
+            say(f"mwb: run directory   {os.path.abspath(out)}")
     return cmd
 
 
-@click.group(help="Fine-tune a pretrained checkpoint on a task.")
-def finetune():
-    pass
+class TaskGroup(click.Group):
+    """Subcommands: every trainable task of the registry, plus the commands added explicitly (dpr)."""
+
+    def list_commands(self, ctx):
+        from mwb.tasks.registry import list_tasks
+        return sorted(set(list_tasks(trainable=True)) | set(self.commands))
+
+    def get_command(self, ctx, name):
+        if name in self.commands:
+            return self.commands[name]
+        from mwb.tasks.registry import get_task
+        try:
+            cls = get_task(name)
+        except Exception:
+            return None
+        return _task_command(cls.name, cls) if cls.trainable() else None
 
 
-finetune.add_command(_task_command("race"))
+@click.group(cls=TaskGroup, invoke_without_command=True, help="Fine-tune a pretrained checkpoint on a task.")
+@click.option("--list", "list_", is_flag=True, help="List the tasks that can be fine-tuned.")
+@click.pass_context
+def finetune(ctx, list_):
+    if list_:
+        from mwb.tasks.registry import list_tasks
+        for name, cls in list_tasks(trainable=True).items():
+            click.echo(f"{name:16s} {cls.description}")
+        click.echo(f"{'dpr':16s} DPR bi-encoder retriever, in-batch negatives (mwb/retrieval)")
+    elif ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
 
 from .retrieval_cmds import dpr  # noqa: E402  (DPR bi-encoder fine-tuning, mwb/retrieval)
 

@@ -1,9 +1,10 @@
-"""mwb.evaluation: the task registry, evaluator, metrics, zero-shot LM tasks, generation and the server.
+"""mwb.evaluation: the harness engine under the tasks — evaluator (data-parallel sharding), the language-model
+wrapper, generation, metrics, data readers, results.json and the OpenAI-compatible server.
 
-Public API::
+Tasks themselves (what is evaluated) live in :mod:`mwb.tasks`, one registry for ``mwb eval`` and
+``mwb finetune``. Public API::
 
-    from mwb.evaluation import register_task, get_task, list_tasks, Task, Option, evaluate
-    from mwb.evaluation import LanguageModel, generate, SamplingParams, write_results
+    from mwb.evaluation import evaluate, LanguageModel, generate, SamplingParams, write_results, load_records
 
 Everything is imported lazily (``mwb eval --list`` should not pay for torch or datasets twice).
 """
@@ -12,8 +13,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "register_task": "registry", "get_task": "registry", "list_tasks": "registry",
-    "Task": "task", "Option": "task", "load_records": "task",
+    "load_records": "records", "read_text": "records",
     "evaluate": "evaluator",
     "LanguageModel": "lm",
     "generate": "generation", "SamplingParams": "generation", "Generation": "generation",

@@ -1,25 +1,37 @@
-"""``mwb finetune TASK``: a pretrained encoder + task head, trained by the shared trainer.
+"""``mwb finetune TASK``: any trainable task (encoder head or generative target) on the shared trainer.
 
-Everything pretraining has applies (TP/SP/DP, precision, accumulation, checkpoints, resume, progress,
-metrics.jsonl); on top, the dev split is evaluated after every epoch, each epoch's checkpoint is saved,
-the best one by the task metric is recorded (``OUT/checkpoints/best``), and ``OUT/results.json`` holds the
-best dev metrics and the path of the best checkpoint, which ``mwb eval TASK --checkpoint`` reproduces.
+Everything pretraining has applies (TP/SP/PP/DP, the distributed optimizer, precision, accumulation,
+checkpoints, resume, progress, metrics.jsonl). On top, after every epoch the dev split is evaluated and a
+checkpoint saved; the best one is recorded in ``OUT/checkpoints/best`` and ``OUT/results.json`` holds its
+dev metrics. Encoder tasks are scored with the task's own metrics on the model being trained; generative
+tasks by their dev target-token loss during training, then — once, after training, in the launching
+process — by greedy generations of the best checkpoint through the evaluation harness (what
+``mwb eval TASK --checkpoint OUT`` reproduces).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from typing import Optional
 
 import numpy as np
-import torch
 
-from mwb.core.config import RunConfig, update
-from mwb.core.training.spec import ModelSpec
+from mwb.core import checkpoint
+from mwb.core.checkpoint.consolidate import full_state
+from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.config import RunConfig, dump_yaml, update
+from mwb.core.tokenizers import load_tokenizer
+from mwb.core.training.launch import init_distributed, launch, under_launcher
+from mwb.core.training.metrics_log import MetricsLogger
+from mwb.core.training.trainer import Trainer, parallel_dims
+from mwb.evaluation.results import write_results
 
-from .base import get_finetune_task
-from .model import build_task_model, load_weights, predict
+from . import encoder, generative
+from .registry import get_task
+
+LOWER_IS_BETTER = ("loss", "ppl")
 
 
 class EpochShuffled:
@@ -40,59 +52,43 @@ class EpochShuffled:
         return self.features[int(self._perms[epoch][i % n])]
 
 
-class FinetuneSpec(ModelSpec):
-    arch = "bert"
-
-    def __init__(self, cfg: RunConfig, vocab_size: int, task, tensors: Optional[dict], source: str) -> None:
-        super().__init__(cfg, vocab_size)
-        self.task, self.tensors, self.source = task, tensors, source
-        self.missing: list[str] = []
-
-    def build_chunk(self, state, stage, device, dtype):
-        model = build_task_model(self.cfg.model, state, self.vocab_size, self.task.head, self.task.num_labels,
-                                 self.cfg.train.seed, device, dtype)
-        if self.tensors is not None:
-            self.missing = load_weights(model, self.tensors, self.vocab_size, self.source, encoder_only=True)
-        return model
-
-    def forward(self, model, batch, hidden=None):
-        return model(batch["tokens"], batch.get("types"), batch.get("padding_mask"), labels=batch["label"])
-
-    def tokens_in(self, batch):
-        return batch["tokens"].numel()
-
-    def nominal_count(self, micro_batch: int, seq_length: int) -> float:
-        return float(micro_batch)
+def objective_module(task):
+    return generative if task.objective == "generative" else encoder
 
 
-def featurize_all(task, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
-    return [task.featurize(e, tokenizer, seq_length) for e in examples]
+def check_arch(task, arch: str, where: str) -> None:
+    from mwb.core.config import ConfigError
+    arches = objective_module(task).ARCHES
+    if arch not in arches:
+        raise ConfigError(f"{where} holds a '{arch}' model; task '{task.name}' ({task.objective}) fine-tunes "
+                          f"{' or '.join(a.upper() for a in arches)}")
+
+
+def better(metric: str, value: float, best: float) -> bool:
+    if best is None:
+        return True
+    return value < best if metric in LOWER_IS_BETTER else value > best
 
 
 def rank_main(tree: dict, job: dict) -> None:
-    """One rank of a fine-tuning run (``job``: task, data, checkpoint, out, epochs, tokenizer, vocab)."""
-    from mwb.core import checkpoint
-    from mwb.core.checkpoint.consolidate import full_state
-    from mwb.core.tokenizers import load_tokenizer
-    from mwb.core.training.launch import init_distributed
-    from mwb.core.training.metrics_log import MetricsLogger
-    from mwb.core.training.trainer import Trainer
-    from mwb.core.config import dump_yaml
-    from mwb.evaluation.results import write_results
-
+    """One rank of a fine-tuning run (``job``: task, task_opts, data, checkpoint, out, tokenizer, resume)."""
     cfg = update(RunConfig(), tree)
     rank, world, device = init_distributed(cfg.parallel.timeout_s)
     say = print if rank == 0 else (lambda *a, **k: None)
-    task = get_finetune_task(job["task"])
+    task = get_task(job["task"])(**job["task_opts"])
+    obj = objective_module(task)
     tok = load_tokenizer(job["tokenizer"])
     seq = cfg.train.seq_length
-    train_ex = task.read(job["data"], "train")
-    dev_ex = task.read(job["data"], "dev")
-    train_f = featurize_all(task, train_ex, tok, seq)
-    dev_f = featurize_all(task, dev_ex, tok, seq)
+    train_ex = task.read(job["data"], task.train_split)
+    dev_ex = task.read(job["data"], task.eval_split)
+    if obj is generative:
+        dec = generative.decoder_length(task, train_ex + dev_ex, tok, seq)
+        train_f, dev_f = (generative.featurize(task, ex, tok, seq, cfg.model.arch, dec) for ex in (train_ex, dev_ex))
+    else:
+        train_f, dev_f = (encoder.featurize(task, ex, tok, seq) for ex in (train_ex, dev_ex))
     _, vocab, tensors, _ = full_state(job["checkpoint"])
-    spec = FinetuneSpec(cfg, vocab, task, tensors, job["checkpoint"])
-    trainer = Trainer(cfg, spec, EpochShuffled(train_f, cfg.train.seed), None, world_size=world, device=device)
+    spec = obj.make_spec(task, cfg, vocab, tensors, job["checkpoint"])
+    trainer = Trainer(cfg, spec, EpochShuffled(train_f, cfg.train.seed), dev_f, world_size=world, device=device)
     if spec.missing:
         say(f"mwb: not in the pretrained checkpoint, trained from scratch: {', '.join(spec.missing)}",
             file=sys.stderr)
@@ -107,64 +103,79 @@ def rank_main(tree: dict, job: dict) -> None:
                            progress=cfg.logging.progress, world_size=world, start_step=start,
                            log_interval=cfg.logging.log_interval)
     steps_per_epoch = job["steps_per_epoch"]
+    dev_steps = max(1, len(dev_f) // cfg.train.global_batch_size)
+    metric = "dev_loss" if obj is generative else task.metric
     history: list[dict] = []
-    best = {"value": -float("inf"), "step": None}
+    best: dict = {"value": None, "step": None}
     trainer.install_signal_handlers()
+
+    def epoch_metrics(tr) -> dict:
+        if obj is generative:  # target-token loss over ⌊dev/G⌋ global batches (at least one)
+            loss = tr.evaluate(dev_steps)
+            return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
+        return task.metrics(encoder.dev_predictions(task, tr, dev_f, tok), dev_ex)
 
     def after_step(tr, res, stop):
         logger.log_step(res)
-        end_of_epoch = res.step % steps_per_epoch == 0 or res.step == cfg.train.steps
-        if end_of_epoch:
-            preds = predict(tr.chunks[0], dev_f, cfg.train.micro_batch_size, tr.device)
-            metrics = task.metrics(preds, dev_ex)
-            metrics["epoch"] = -(-res.step // steps_per_epoch)
+        if res.step % steps_per_epoch == 0 or res.step == cfg.train.steps:
+            metrics = {**epoch_metrics(tr), "epoch": -(-res.step // steps_per_epoch)}
             logger.log_eval(res.step, metrics)
             history.append({"step": res.step, **metrics})
             path = checkpoint.save(tr, ckpt_root, keep_last=0, extra_files={"tokenizer": job["tokenizer"]})
-            if metrics[task.metric] > best["value"]:
-                best.update(value=metrics[task.metric], step=res.step, path=path, metrics=metrics)
+            if better(metric, metrics[metric], best["value"]):
+                best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics)
                 if rank == 0:
-                    with open(os.path.join(ckpt_root, "best.partial"), "w") as f:
-                        f.write(f"step_{res.step}\n")
-                    os.replace(os.path.join(ckpt_root, "best.partial"), os.path.join(ckpt_root, "best"))
+                    atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{res.step}\n")
         elif stop:
             checkpoint.save(tr, ckpt_root, extra_files={"tokenizer": job["tokenizer"]})
 
     trainer.run(after_step)
     logger.close()
     if rank == 0 and best["step"] is not None:
-        shown = {k: v for k, v in best["metrics"].items()}
-        path = write_results(out, task.name, shown, checkpoint=job["checkpoint"], config=dataclasses.asdict(cfg),
-                             extra={"best_checkpoint": best["path"], "epochs": history, "split": "dev"})
-        say("mwb: dev " + "  ".join(f"{k} {v:.4f}" for k, v in shown.items() if k.startswith("accuracy")
-                                    or k == task.metric))
-        say(f"mwb: best checkpoint {best['path']} (epoch {shown.get('epoch')})")
-        say(f"mwb: results         {path}")
-        say(f"mwb: run directory   {os.path.abspath(out)}")
+        write_results(out, task.name, best["metrics"], checkpoint=job["checkpoint"],
+                      config=dataclasses.asdict(cfg),
+                      extra={"best_checkpoint": best["path"], "epochs": history, "split": task.eval_split,
+                             "objective": task.objective})
 
 
-def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) -> None:
-    """Resolve steps from the epochs and the training-set size, then run :func:`rank_main` on each rank."""
-    from mwb.core.training.launch import launch, under_launcher
-    from mwb.core.training.trainer import parallel_dims
-
-    task = get_finetune_task(task_name)
-    n_train = len(task.read(job["data"], "train"))
+def plan_steps(task, cfg: RunConfig, data: str, epochs: int) -> tuple[RunConfig, int]:
+    """Steps from the epochs and the training-set size (a set smaller than the global batch shrinks it)."""
+    n_train = len(task.read(data, task.train_split))
     gbs = cfg.train.global_batch_size
     if n_train < gbs:
         gbs = max(cfg.train.micro_batch_size, n_train // cfg.train.micro_batch_size * cfg.train.micro_batch_size)
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, global_batch_size=gbs))
     steps_per_epoch = max(n_train // gbs, 1)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps_per_epoch * job["epochs"]))
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps_per_epoch * epochs)), \
+        steps_per_epoch
+
+
+def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) -> dict:
+    """Run :func:`rank_main` on each rank; for generative tasks, score the best checkpoint's generations.
+    Returns the results that ``OUT/results.json`` holds."""
+    from .harness import evaluate_checkpoint
+
+    task = get_task(task_name)(**job.get("task_opts", {}))
+    cfg, steps_per_epoch = plan_steps(task, cfg, job["data"], job["epochs"])
     world = int(os.environ["WORLD_SIZE"]) if under_launcher() else (nproc or 1)
     parallel_dims(cfg, world)
-    job = dict(job, steps_per_epoch=steps_per_epoch)
+    job = dict(job, steps_per_epoch=steps_per_epoch, task_opts=job.get("task_opts", {}))
     tree = dataclasses.asdict(cfg)
     if under_launcher() or world == 1:
         rank_main(tree, job)
     else:
         launch(rank_main, world, tree, job)
-
-
-def set_threads_for_tests(n: int = 1) -> None:  # pragma: no cover - used by spawned test ranks
-    torch.set_num_threads(n)
+    results_path = os.path.join(job["out"], "results.json")
+    if int(os.environ.get("RANK", 0)) != 0 or not os.path.isfile(results_path):
+        return {}
+    import json
+    with open(results_path) as f:
+        results = json.load(f)
+    if task.objective == "generative":  # the task's own metrics on greedy generations of the best checkpoint
+        report = evaluate_checkpoint(task, results["best_checkpoint"], job["data"], tokenizer=job["tokenizer"])
+        results["metrics"].update(report["metrics"])
+        write_results(job["out"], task.name, results["metrics"], checkpoint=job["checkpoint"],
+                      config=results.get("config"),
+                      extra={k: v for k, v in results.items() if k not in ("task", "metrics", "checkpoint", "config",
+                                                                          "time", "mwb", "torch")})
+    return results

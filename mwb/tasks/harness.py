@@ -1,29 +1,23 @@
-"""Fine-tuning tasks in the evaluation harness: ``mwb eval race --checkpoint BEST --data D``.
+"""``mwb eval TASK``: any registered task, on one process or sharded over ``--nproc`` data-parallel ranks.
 
-One adapter serves every :class:`~mwb.tasks.base.FinetuneTask`: it loads a fine-tuned checkpoint (encoder +
-task head) as a single-process model, featurizes the task's evaluation split, predicts over the harness's
-data-parallel shards and computes the task's own metrics, so the number matches what the fine-tuning run
-reported for the same checkpoint and split.
+The steps are the task's (``load_model`` → ``load`` → ``build`` → ``run`` → ``aggregate``, implemented by its
+objective or by the task itself); :func:`mwb.evaluation.evaluator.evaluate` shards the items over ranks and
+puts the results back in order, so the numbers do not depend on the number of ranks. A fine-tuning run
+directory means its best checkpoint (``checkpoints/best``), so ``mwb eval TASK --checkpoint RUN`` reproduces
+the dev number the run reported.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
-from mwb.evaluation.registry import register_task
-from mwb.evaluation.task import Option, Task
+from mwb.core.checkpoint.consolidate import is_hf_dir
+from mwb.core.config import to_dict
+from mwb.core.training.launch import init_distributed
+from mwb.evaluation.evaluator import evaluate
+from mwb.evaluation.results import write_results
 
-from .base import discover, get_finetune_task
-from .model import build_task_model, load_weights, predict
-
-
-@dataclass
-class TaskRunner:
-    model: Any
-    tokenizer: Any
-    seq_length: int
-    batch_size: int
+from .registry import get_task
 
 
 def best_checkpoint(path: str) -> str:
@@ -35,57 +29,33 @@ def best_checkpoint(path: str) -> str:
     return path
 
 
-class FinetuneEval(Task):
-    kind = "finetune"
-    finetune_name = ""
-    options = {"split": Option(str, "dev", "Which split to evaluate (dev or test)."),
-               "batch_size": Option(int, 8, "Examples per forward pass."),
-               "seq_length": Option(int, None, "Input length (default: the checkpoint's).")}
-
-    def __init__(self, **opts):
-        super().__init__(**opts)
-        self.ft = get_finetune_task(self.finetune_name)
-        self.examples: list[dict] = []
-
-    def load(self, path: Optional[str]) -> list[dict]:
-        return self.ft.read(path or self.ft.default_data, self.opts["split"])
-
-    def load_model(self, checkpoint: str, tokenizer: Optional[str] = None, device=None):
-        from mwb.core.checkpoint.consolidate import full_state
-        from mwb.core.parallel.state import single_process_state
-        from mwb.core.tokenizers import load_tokenizer
-
-        source = best_checkpoint(checkpoint)
-        cfg, vocab, tensors, tok_path = full_state(source)
-        model = build_task_model(cfg.model, single_process_state(), vocab, self.ft.head, self.ft.num_labels,
-                                 cfg.train.seed, device or "cpu")
-        missing = load_weights(model, tensors, vocab, source, encoder_only=False)
-        if missing:
-            from mwb.core.errors import CheckpointError
-            raise CheckpointError(f"{source} is not a fine-tuned '{self.ft.name}' checkpoint: it lacks "
-                                  f"{', '.join(missing[:3])}")
-        tok = load_tokenizer(tokenizer or tok_path)
-        seq = self.opts["seq_length"] or cfg.train.seq_length
-        return cfg, TaskRunner(model.eval(), tok, seq, self.opts["batch_size"])
-
-    def build(self, examples: list[dict], lm: TaskRunner) -> list[dict]:
-        self.examples = examples
-        return [self.ft.featurize(e, lm.tokenizer, lm.seq_length) for e in examples]
-
-    def run(self, lm: TaskRunner, items) -> list:
-        device = next(lm.model.parameters()).device
-        return predict(lm.model, list(items), lm.batch_size, device)
-
-    def aggregate(self, results: list) -> dict[str, float]:
-        return self.ft.metrics(results, self.examples)
+def evaluate_checkpoint(task, checkpoint: str, data: Optional[str] = None, tokenizer: Optional[str] = None,
+                        limit: Optional[int] = None, device=None) -> dict:
+    """``{"metrics", "num_examples", "seconds", ...}`` of ``task`` for ``checkpoint`` on this process (one
+    data-parallel rank of the launched group, if any), plus the run config under ``"config"``."""
+    checkpoint = best_checkpoint(checkpoint)
+    cfg, runner = task.load_model(checkpoint, tokenizer, device=device)
+    if "seq_length" in task.options and task.opts.get("seq_length") is None and hasattr(runner, "max_length"):
+        # default context: the length an mwb model was trained at; a Hugging Face model's full context
+        trained = runner.max_length if is_hf_dir(checkpoint) else min(cfg.train.seq_length, runner.max_length)
+        task.opts["seq_length"] = min(trained, 1024)
+    report = evaluate(task, runner, data, limit=limit)
+    report["config"] = cfg
+    return report
 
 
-def _register_all() -> None:
-    for name, cls in discover().items():
-        adapter = type(f"{cls.__name__}Eval", (FinetuneEval,), {
-            "finetune_name": name, "description": f"{name}: fine-tuned {cls.head.replace('_', ' ')} accuracy",
-            "default_data": cls.default_data})
-        register_task(name)(adapter)
-
-
-_register_all()
+def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[str], out: str,
+             tokenizer: Optional[str], limit: Optional[int]) -> dict:
+    """Evaluate on this process (one rank of ``--nproc N`` when launched); rank 0 writes results.json."""
+    rank, world, device = init_distributed()
+    task = get_task(task_name)(**task_opts)
+    report = evaluate_checkpoint(task, checkpoint, data, tokenizer, limit, device)
+    if rank == 0:
+        data_path = task.data_path(data)
+        report["path"] = write_results(
+            out, task.name, report["metrics"], checkpoint=os.path.abspath(best_checkpoint(checkpoint)),
+            config=to_dict(report["config"]),
+            extra={"data": os.path.abspath(data_path) if os.path.exists(data_path) else data_path,
+                   "task_options": task.opts, "objective": task.objective,
+                   "num_examples": report["num_examples"], "seconds": report["seconds"], "world_size": world})
+    return report

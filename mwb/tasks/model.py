@@ -112,11 +112,11 @@ def load_weights(model: TaskModel, tensors: dict, vocab: int, source: str, encod
     initial value; otherwise they come from a fine-tuned task checkpoint (``encoder.…``, ``classifier.…``)."""
     missing: list[str] = []
     chunks = [model.encoder] if encoder_only else [model]
-    _copy_available(chunks, tensors, vocab, model.encoder.cfg.tie_embeddings, source, missing)
+    copy_available(chunks, tensors, vocab, model.encoder.cfg.tie_embeddings, source, missing)
     return missing
 
 
-def _copy_available(chunks, tensors: dict, vocab: int, tied: bool, source: str, missing: list) -> None:
+def copy_available(chunks, tensors: dict, vocab: int, tied: bool, source: str, missing: list) -> None:
     from mwb.core.checkpoint.shards import canonical, local_slice, unpadded_shape
     from mwb.core.errors import CheckpointError
     with torch.no_grad():

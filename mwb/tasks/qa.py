@@ -1,3 +1,102 @@
-"""Registers ``mwb eval qa`` (open-domain QA retrieval, DPR vs BM25); the task lives in
-:mod:`mwb.retrieval.qa_task`. The registry imports every module of ``mwb.tasks``, so this import is the hook."""
-from mwb.retrieval.qa_task import QATask  # noqa: F401
+"""Open-domain QA retrieval accuracy (``mwb eval qa``): DPR (dense) against BM25 on NQ-open style questions.
+
+For each question the retriever returns the top-k passages of the evidence corpus, and the question counts
+as answered at k when one of them contains an answer by DPR's rules (:mod:`mwb.retrieval.matching`).
+Metrics are ``<retriever>_top<k>`` for k in ``--top-k`` (default 1, 5, 20, 100, as in the DPR paper) plus
+``num_questions``; without ``--retriever`` both retrievers run on the same corpus and questions and a
+side-by-side table is printed. The retrieval system (index, caches) is :mod:`mwb.retrieval.system`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from mwb.core.config import ConfigError
+from mwb.evaluation.evaluator import dp_coords
+from mwb.retrieval.matching import MATCH_MODES, first_hit, parse_ks, top_k_accuracy
+from mwb.retrieval.system import RETRIEVERS, QASystem, build_system, default_encoder, format_table
+from mwb.retrieval.text import BUNDLED_QUESTIONS, read_questions
+
+from .base import Option, Task
+from .registry import register
+
+
+@register("qa", "odqa")
+class QATask(Task):
+    description = "open-domain QA retrieval: DPR (dense, faiss) and BM25 top-k accuracy on NQ-open style questions"
+    objective = "custom"
+    default_data = BUNDLED_QUESTIONS
+    options = {
+        "retriever": Option(str, None, "dpr or bm25 (default: both, side by side)"),
+        "evidence": Option(str, None, "evidence TSV: id<TAB>text<TAB>title (default: bundled Wikipedia sample)"),
+        "questions": Option(str, None, "questions: question<TAB>[\"answer\", ...] TSV/CSV or jsonl (= --data)"),
+        "top_k": Option(str, "1,5,20,100", "comma-separated k for top-k accuracy"),
+        "match": Option(str, "string", "answer matching: string (DPR tokens) or regex"),
+        "index": Option(str, "flat", "faiss index: flat (exact), ivf or hnsw"),
+        "nprobe": Option(int, 16, "IVF cells probed per query"),
+        "batch_size": Option(int, 64, "passages or questions per forward pass"),
+        "query_length": Option(int, None, "question tokens (default: the encoder's)"),
+        "context_length": Option(int, None, "passage tokens (default: the encoder's)"),
+    }
+
+    @classmethod
+    def default_checkpoint(cls, say: Callable[[str], None] = print) -> str:
+        return default_encoder(say)
+
+    def __init__(self, **opts) -> None:
+        super().__init__(**opts)
+        r = self.opts["retriever"]
+        if r is not None and r not in RETRIEVERS:
+            raise ConfigError(f"--retriever must be one of {', '.join(RETRIEVERS)}, got '{r}'")
+        if self.opts["match"] not in MATCH_MODES:
+            raise ConfigError(f"--match must be one of {', '.join(MATCH_MODES)}, got '{self.opts['match']}'")
+        try:
+            self.ks = parse_ks(self.opts["top_k"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.retrievers = [r] if r else list(RETRIEVERS)
+
+    def data_path(self, path):
+        return self.opts["questions"] or super().data_path(path)
+
+    def load(self, path):
+        return read_questions(self.data_path(path))
+
+    def load_model(self, checkpoint, tokenizer=None, device=None):
+        rank, world, group = dp_coords()
+        return build_system(self.opts, self.retrievers, checkpoint, tokenizer, device, rank, world, group)
+
+    def build(self, examples, lm):
+        return [{"question": e["question"], "answers": list(e["answers"])} for e in examples]
+
+    def run(self, lm: QASystem, items):
+        kmax = max(self.ks)
+        questions = [it["question"] for it in items]
+        found = {}
+        for name, retriever in lm.retrievers.items():
+            _, rows = retriever.search(questions, kmax)
+            found[name] = rows
+        results = []
+        for i, it in enumerate(items):
+            res = {}
+            for name, rows in found.items():
+                top = [int(r) for r in rows[i] if r >= 0]
+                hit = first_hit(it["answers"], [lm.evidence.texts[r] for r in top], lm.match,
+                                tokens_of=lambda j, top=top: lm.passage_tokens(top[j]))
+                res[name] = hit
+                res[f"{name}_top1_id"] = lm.evidence.ids[top[0]] if top else None
+            results.append(res)
+        return results
+
+    def aggregate(self, results):
+        metrics = {}
+        names = [r for r in RETRIEVERS if results and r in results[0]]
+        for name in names:
+            acc = top_k_accuracy([r[name] for r in results], self.ks)
+            for k, v in acc.items():
+                metrics[f"{name}_top{k}"] = v
+        metrics["num_questions"] = len(results)
+        if os.environ.get("RANK", "0") in ("", "0"):
+            print(format_table(metrics, names, self.ks), file=sys.stderr, flush=True)
+        return metrics

@@ -17,7 +17,10 @@ import numpy as np
 
 from mwb.core.errors import DataError
 
-from .base import FinetuneTask, pair_inputs, register_finetune
+from mwb.evaluation.records import load_records
+
+from .base import Task, pair_inputs
+from .registry import register
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "data", "race_sample")
 LETTERS = "ABCD"
@@ -61,7 +64,6 @@ def read_official(split_dir: str) -> list[dict]:
 
 def read_hf_rows(path: str) -> list[dict]:
     """Rows in the ``datasets`` RACE schema (one question per row)."""
-    from mwb.evaluation.task import load_records
     out = []
     for n, row in enumerate(load_records(path)):
         where = f"{path}: row {n + 1}"
@@ -79,10 +81,10 @@ def option_text(question: str, option: str) -> str:
     return question.replace("_", option) if "_" in question else f"{question} {option}"
 
 
-@register_finetune
-class Race(FinetuneTask):
-    name = "race"
-    head = "multiple_choice"
+@register("race")
+class Race(Task):
+    description = "RACE reading comprehension: 4-way multiple choice, accuracy (middle, high, all)"
+    objective = "multiple_choice"
     num_labels = 4
     metric = "accuracy"
     default_data = SAMPLE
@@ -100,7 +102,7 @@ class Race(FinetuneTask):
         raise DataError(f"RACE split '{split}' not found under {path} (expected {split}/{{middle,high}}/*.txt "
                         f"or {split}.jsonl/.parquet)")
 
-    def featurize(self, example: dict, tokenizer, seq_length: int) -> dict:
+    def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         article = tokenizer.encode(example["article"])
         rows = [pair_inputs(article, tokenizer.encode(option_text(example["question"], o)), tokenizer, seq_length)
                 for o in example["options"]]

@@ -3,9 +3,9 @@ import pytest
 
 from mwb.core.config import ConfigError
 from mwb.evaluation.detokenizers import detokenizer_for, wikitext_detokenizer
-from mwb.evaluation.registry import get_task, list_tasks, register_task
-from mwb.evaluation.task import Option, Task, parse_task_args
-from mwb.evaluation.zeroshot import rolling_windows
+from mwb.evaluation.windows import rolling_windows
+from mwb.tasks.base import Option, Task, parse_task_args
+from mwb.tasks.registry import get_task, list_tasks, register
 
 
 def test_wikitext_detokenizer_rules():
@@ -47,7 +47,7 @@ def test_registry_and_options():
     with pytest.raises(ConfigError, match="expects int"):
         parse_task_args(tasks["lambada"], ["--seq-length", "x"])
 
-    @register_task("_unit_test_task")
+    @register("_unit_test_task")
     class Dummy(Task):
         options = {"k": Option(int, 3)}
     assert get_task("_unit_test_task") is Dummy and Dummy(k=5).opts == {"k": 5}
@@ -57,7 +57,7 @@ def test_registry_and_options():
 
 def test_load_records_formats(tmp_path, monkeypatch):
     from mwb.core.errors import DataError
-    from mwb.evaluation.task import _read_jsonl, load_records
+    from mwb.evaluation.records import _read_jsonl, load_records
     (tmp_path / "a.jsonl").write_text('{"text": "one"}\n\n{"text": "two"}\n')
     (tmp_path / "b.csv").write_text("text,label\nhello,1\nworld,0\n")
     assert load_records(str(tmp_path / "a.jsonl")) == [{"text": "one"}, {"text": "two"}]

@@ -90,7 +90,7 @@ def test_separate_towers_start_identical_and_validate_settings():
 
 MINILM = None
 try:
-    from mwb.retrieval.qa_task import minilm_dir
+    from mwb.retrieval.system import minilm_dir
     MINILM = minilm_dir()
 except Exception:  # pragma: no cover
     pass

@@ -84,13 +84,14 @@ def test_pretrain_ict_and_resume(files, capsys, tmp_path):
 
 
 def test_default_encoder_fallback_and_errors(capsys, tmp_path, monkeypatch):
-    from mwb.retrieval import qa_task
+    from mwb.retrieval import system
+    from mwb.tasks.qa import QATask
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(qa_task, "minilm_dir", lambda: None)
+    monkeypatch.setattr(system, "minilm_dir", lambda: None)
     said = []
-    path = qa_task.QATask.default_checkpoint(said.append)
+    path = QATask.default_checkpoint(said.append)
     assert "UNTRAINED" in said[0] and os.path.isfile(os.path.join(path, "biencoder", "biencoder.json"))
     capsys.readouterr()
     code, _, err = _run(["eval", "qa", "--retriever", "tfidf", "--checkpoint", path], capsys)

@@ -22,7 +22,7 @@ def test_truncation_keeps_question_and_option_whole():
     tok = load_tokenizer(TOKENIZER)
     ex = {"article": "word " * 500, "question": "What did Lucy buy this week?",
           "options": ["apples", "bread", "tea", "rice"], "label": 2}
-    f = Race().featurize(ex, tok, 64)
+    f = Race().inputs(ex, tok, 64)
     assert f["tokens"].shape == (4, 64) and int(f["label"]) == 2
     for i, opt in enumerate(ex["options"]):
         qa = tok.encode(option_text(ex["question"], opt))

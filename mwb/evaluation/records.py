@@ -1,0 +1,85 @@
+"""Reading task data: any local file ``datasets`` reads, a hub dataset name when online, or raw text.
+
+Why one reader: every task's official release is jsonl/json/csv/tsv/parquet, and ``datasets`` reads all of
+them (and hub names for free when a network is there); a missing or malformed file becomes one DataError
+line that names the file.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from mwb.core.errors import DataError
+
+_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".tsv": "csv"}
+
+
+def _cache_dir() -> str:
+    root = os.environ.get("MWB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mwb")
+    return os.path.join(root, "hf_datasets")
+
+
+def load_records(path: str, split: str = "train", name: Optional[str] = None) -> list[dict]:
+    """Records (one dict per row) from a local ``.json/.jsonl/.csv/.tsv/.parquet`` file (read with
+    ``datasets``), or a hub dataset name (``owner/name`` or ``name``, optional ``name:config``) when online.
+
+    Why ``datasets``: one reader for every format the official releases use, and hub names for free when
+    a network is there. A missing local file is a DataError naming the formats accepted.
+    """
+    local = os.path.expanduser(path)
+    if os.path.exists(local):
+        ext = next((e for e in _FORMATS if local.lower().endswith(e)), None)
+        if ext is None:
+            raise DataError(f"{path}: unsupported data format (use {', '.join(sorted(_FORMATS))})")
+        try:
+            import datasets
+        except ImportError:  # an install without `datasets` can still read the official jsonl files
+            if ext == ".jsonl":
+                return _read_jsonl(local)
+            raise DataError(f"reading {path} needs the `datasets` package: pip install datasets") from None
+        kw = {"delimiter": "\t"} if ext == ".tsv" else {}
+        try:
+            ds = datasets.load_dataset(_FORMATS[ext], data_files=local, split="train", cache_dir=_cache_dir(), **kw)
+        except Exception as e:  # malformed rows: name the file
+            raise DataError(f"could not read {path} as {_FORMATS[ext]}: {e}") from e
+        return [dict(r) for r in ds]
+    looks_local = path.startswith((".", "/", "~")) or any(path.lower().endswith(e) for e in _FORMATS)
+    if looks_local:
+        raise DataError(f"data file not found: {path}")
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
+        raise DataError(f"data file not found: {path} (and hub datasets are unavailable offline: "
+                        f"give a local .jsonl/.json/.csv/.parquet file)")
+    hub, _, config = path.partition(":")
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(hub, config or name, split=split, cache_dir=_cache_dir())
+    except Exception as e:
+        raise DataError(f"{path} is neither a local file nor a loadable hub dataset ({e})") from e
+    return [dict(r) for r in ds]
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    import json
+
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{n}: not valid JSON ({e})") from None
+    return rows
+
+
+def read_text(path: str) -> str:
+    """A whole text file as it is (UTF-8), for tasks defined on raw text such as WikiText."""
+    local = os.path.expanduser(path)
+    if not os.path.isfile(local):
+        raise DataError(f"data file not found: {path}")
+    try:
+        with open(local, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not UTF-8 text ({e})") from None
