@@ -37,6 +37,7 @@ def load_records(path: str, split: str = "train", name: Optional[str] = None) ->
             if ext == ".jsonl":
                 return _read_jsonl(local)
             raise DataError(f"reading {path} needs the `datasets` package: pip install datasets") from None
+        datasets.disable_progress_bars()  # a bar per small local file is noise on the console
         kw = {"delimiter": "\t"} if ext == ".tsv" else {}
         try:
             ds = datasets.load_dataset(_FORMATS[ext], data_files=local, split="train", cache_dir=_cache_dir(), **kw)

@@ -31,7 +31,7 @@ from mwb.evaluation.results import write_results
 from . import encoder, generative
 from .registry import get_task
 
-LOWER_IS_BETTER = ("loss", "ppl")
+LOWER_IS_BETTER = ("loss", "ppl")  # metric names ending so are minimised
 
 
 class EpochShuffled:
@@ -67,7 +67,7 @@ def check_arch(task, arch: str, where: str) -> None:
 def better(metric: str, value: float, best: float) -> bool:
     if best is None:
         return True
-    return value < best if metric in LOWER_IS_BETTER else value > best
+    return value < best if metric.endswith(LOWER_IS_BETTER) else value > best
 
 
 def rank_main(tree: dict, job: dict) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mwb.core.tokenizers import load_tokenizer
+from mwb.tasks.finetune import better
 from mwb.tasks.generative import gpt_sample, t5_sample
 from mwb.tasks.prompt_target import PromptTarget, to_pair
 from tests.helpers.checkpoints import TOKENIZER, tiny_checkpoint
@@ -43,6 +44,11 @@ def test_prompt_target_reads_every_layout(tmp_path):
     assert PromptTarget().read(str(tmp_path), "train") == [{"prompt": "hello", "target": "world"}]
     rows = PromptTarget().read(PromptTarget.default_data, "train")
     assert len(rows) == 64 and all(r["prompt"].endswith("Reply:") for r in rows)
+
+
+def test_best_checkpoint_direction():
+    assert better("dev_loss", 1.0, 2.0) and not better("dev_loss", 2.0, 1.0)
+    assert better("accuracy", 0.3, 0.2) and not better("f1", 0.1, 0.2) and better("exact_match", 0.0, None)
 
 
 def _mwb(*args):
