@@ -42,7 +42,7 @@ def run_eval(task_name: str, task_opts: dict, checkpoint: str, data, out: str, t
     cfg, lm = task.load_model(checkpoint, tokenizer, device=device)
     if task_opts.get("seq_length") is None and "seq_length" in task.options and hasattr(lm, "max_length"):
         # default context: the length an mwb model was trained at; a Hugging Face model's full context
-        from mwb.core.checkpoint.consolidate import is_hf_dir
+        from mwb.core.convert import is_hf_dir
         trained = lm.max_length if is_hf_dir(checkpoint) else min(cfg.train.seq_length, lm.max_length)
         task.opts["seq_length"] = min(trained, 1024)
     report = evaluate(task, lm, data, limit=limit)

@@ -44,7 +44,7 @@ def _task_command(name: str):
     @click.option("--data", default=None, type=click.Path(), help="Task data directory or file.")
     @click.option("--epochs", type=int, default=3, show_default=True, help="Training epochs.")
     def cmd(checkpoint, data, epochs, **kw):
-        from mwb.core.checkpoint.consolidate import full_state
+        from mwb.core.compose import full_state
         from mwb.tasks.base import get_finetune_task
         from mwb.tasks.finetune import finetune
 

@@ -72,7 +72,7 @@ def featurize_all(task, examples: list[dict], tokenizer, seq_length: int) -> lis
 def rank_main(tree: dict, job: dict) -> None:
     """One rank of a fine-tuning run (``job``: task, data, checkpoint, out, epochs, tokenizer, vocab)."""
     from mwb.core import checkpoint
-    from mwb.core.checkpoint.consolidate import full_state
+    from mwb.core.compose import full_state
     from mwb.core.tokenizers import load_tokenizer
     from mwb.core.training.launch import init_distributed
     from mwb.core.training.metrics_log import MetricsLogger

@@ -51,7 +51,7 @@ class FinetuneEval(Task):
         return self.ft.read(path or self.ft.default_data, self.opts["split"])
 
     def load_model(self, checkpoint: str, tokenizer: Optional[str] = None, device=None):
-        from mwb.core.checkpoint.consolidate import full_state
+        from mwb.core.compose import full_state
         from mwb.core.parallel.state import single_process_state
         from mwb.core.tokenizers import load_tokenizer
 

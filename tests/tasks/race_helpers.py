@@ -12,7 +12,7 @@ TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "mwb", "data", "
 def tiny_bert_checkpoint(directory: str, layers: int = 2, hidden: int = 64, seq: int = 128) -> str:
     from mwb.core.checkpoint import write_model_checkpoint
     from mwb.core.config import update
-    from mwb.core.models.build import build_model
+    from mwb.core.compose import build_model
     from mwb.core.parallel.state import single_process_state
     from mwb.core.tokenizers import load_tokenizer
 
