@@ -9,7 +9,10 @@
   * swaps the word embedding for a vocab-parallel one, the output head for a vocab-sharded one and the
     loss for the vocab-parallel cross-entropy (full logits are never gathered);
   * marks parameters whose gradients are partial under SP (norms, row-parallel biases) so the optimizer
-    all-reduces them over TP, and replaces dropout on sharded activations with the model-parallel stream.
+    all-reduces them over TP, and replaces dropout on sharded activations with the model-parallel stream
+    (attention-probability dropout through the ``AttentionCore.dropout_rng`` hook, at every TP size);
+  * applies the pieces specific to one family (:data:`FAMILY_PLANS`: T5's relative-bias tables sharded over
+    heads, BERT's pooler and MLM transform under SP), so that :mod:`mwb.core.models` imports nothing from here.
 Each parameter records how it is sharded (``param.tp_dim``: None, 0 or 1; ``param.full_shape``), which the
 initialiser, the gradient-norm and the checkpoint code read.
 """
