@@ -9,6 +9,7 @@ order: this test parses them.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import textwrap
@@ -188,8 +189,9 @@ def layer_problems(pkg_dir: Path, orders: dict[str, list[set[str]]]) -> list[str
 # ----------------------------------------------------------------------------------------------- tests
 
 
-def _mwb_problems() -> list[str]:
-    return layer_problems(PACKAGE, readme_orders((ROOT / "README.md").read_text(encoding="utf-8")))
+@functools.lru_cache(maxsize=1)
+def _mwb_problems() -> tuple[str, ...]:
+    return tuple(layer_problems(PACKAGE, readme_orders((ROOT / "README.md").read_text(encoding="utf-8"))))
 
 
 def _is_pending(problem: str) -> bool:
