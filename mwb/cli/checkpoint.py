@@ -91,7 +91,7 @@ def inspect(directory, as_json, show_all):
 @click.argument("src", type=click.Path())
 @click.argument("dst", type=click.Path())
 def consolidate(src, dst):
-    from mwb.core.checkpoint.consolidate import consolidate as run
+    from mwb.core.compose import consolidate as run
 
     if os.path.exists(dst):
         raise click.UsageError(f"{dst} exists; choose another file name")

@@ -61,7 +61,7 @@ def _task_command(name: str, cls) -> click.Command:
     @click.option("--epochs", type=int, default=3, show_default=True, help="Training epochs.")
     @click.pass_context
     def cmd(ctx, checkpoint, data, epochs, **kw):
-        from mwb.core.checkpoint.consolidate import full_state
+        from mwb.core.compose import full_state
         from mwb.core.config import ConfigError, update
         from mwb.tasks.base import parse_task_args
         from mwb.tasks.finetune import check_arch, finetune

@@ -6,7 +6,11 @@
 from __future__ import annotations
 
 from .config import ConfigError
-from .parallel.dims import LayoutError
+
+
+class LayoutError(ValueError):
+    """A parallel layout that does not fit the world size or the model (exit status 2). Defined here, below
+    every layer that raises it (parallel dims, pipeline orders, model stages, the planner)."""
 
 
 class MwbError(RuntimeError):

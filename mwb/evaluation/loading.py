@@ -2,7 +2,7 @@
 
 Why here and not in each command: the three commands accept the same things (an mwb run directory,
 ``checkpoints/latest``, ``step_N``, a consolidated ``.safetensors`` file or a Hugging Face model directory,
-all through :func:`mwb.core.checkpoint.load_full_model`), fall back the same way when ``--checkpoint`` is
+all through :func:`mwb.core.compose.load_full_model`), fall back the same way when ``--checkpoint`` is
 missing (the newest ``runs/pretrain-gpt-*`` run, said out loud), and fail with the same clear messages.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def load_language_model(checkpoint: str, tokenizer: Optional[str] = None, device
     """``(run config, LanguageModel)`` for a GPT checkpoint; ``tokenizer`` overrides the stored one."""
     import torch
 
-    from mwb.core.checkpoint import load_full_model
+    from mwb.core.compose import load_full_model
     from mwb.core.tokenizers import load_tokenizer
 
     from .lm import LanguageModel

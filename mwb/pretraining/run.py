@@ -79,7 +79,7 @@ def spec_for(arch: str):
 def parameter_counts(trainer) -> dict:
     """Total and active-per-token parameters of the whole model (all ranks)."""
     try:
-        from mwb.core.models.moe import count_params
+        from mwb.core.models.arch import count_params
         return count_params(trainer.cfg.model, trainer.spec.vocab_size)
     except (ImportError, AttributeError):
         from mwb.core.plan import ModelShape, count_parameters

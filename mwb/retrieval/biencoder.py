@@ -2,7 +2,7 @@
 
 A tower is mwb's :class:`~mwb.core.models.bert.BertModel` without its pretraining heads (pre-norm with a
 final LayerNorm, or Hugging Face's post-norm layout), so everything that parallelises BERT applies to it
-unchanged: :func:`build_biencoder` goes through :func:`mwb.core.models.build.construct_sharded` like every
+unchanged: :func:`build_biencoder` goes through :func:`mwb.core.compose.construct_sharded` like every
 model (meta device → parallel plan → materialise), then the layout-independent init per tower. Parameter
 names are BERT's under a ``query.`` / ``context.`` prefix, so a BERT checkpoint initialises either tower by
 name and the checkpoint code (vocabulary padding, TP slicing) treats a bi-encoder like any other model.
@@ -184,7 +184,7 @@ def in_batch_loss(q: torch.Tensor, c: torch.Tensor, contexts_per_query: int, div
 def build_biencoder(cfg: ModelConfig, rcfg: RetrievalConfig, state, vocab_size: int, seed: int, device="cpu",
                     dtype: Optional[torch.dtype] = None) -> BiEncoder:
     """The bi-encoder for this rank, initialised exactly like the one-process model (mirrors build_model)."""
-    from mwb.core.models.build import construct_sharded
+    from mwb.core.compose import construct_sharded
     from mwb.core.models.init import initialize
 
     padded = padded_vocab_size(vocab_size, cfg.make_vocab_size_divisible_by, state.tp_size)

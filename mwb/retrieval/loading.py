@@ -163,7 +163,7 @@ def _open_mwb(path: str) -> EncoderSource:
 
 def open_source(path: str) -> EncoderSource:
     """Read ``path`` (HF BERT directory, mwb BERT or bi-encoder checkpoint: run, checkpoints or step dir)."""
-    from mwb.core.checkpoint.consolidate import is_hf_dir
+    from mwb.core.convert import is_hf_dir
 
     path = os.path.abspath(os.path.expanduser(str(path)))
     if not os.path.exists(path):

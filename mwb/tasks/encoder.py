@@ -77,7 +77,7 @@ class EncoderRunner:
 
 def load_model(task, checkpoint: str, tokenizer: Optional[str] = None, device=None):
     """A fine-tuned checkpoint (encoder + this task's head) as a single-process model."""
-    from mwb.core.checkpoint.consolidate import full_state
+    from mwb.core.compose import full_state
     from mwb.core.parallel.state import single_process_state
     from mwb.core.tokenizers import load_tokenizer
 

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from mwb.core import checkpoint
-from mwb.core.checkpoint.consolidate import full_state
+from mwb.core.compose import full_state
 from mwb.core.checkpoint.format import atomic_write_text
 from mwb.core.config import RunConfig, dump_yaml, update
 from mwb.core.tokenizers import load_tokenizer

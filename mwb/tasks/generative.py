@@ -22,8 +22,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from mwb.core.checkpoint import load_full_model
-from mwb.core.checkpoint.consolidate import full_state
+from mwb.core.compose import load_full_model
+from mwb.core.compose import full_state
 from mwb.core.config import ConfigError, RunConfig
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.spec import GPTSpec

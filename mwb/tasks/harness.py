@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from mwb.core.checkpoint.consolidate import is_hf_dir
+from mwb.core.convert import is_hf_dir
 from mwb.core.config import to_dict
 from mwb.core.training.launch import init_distributed
 from mwb.evaluation.evaluator import evaluate

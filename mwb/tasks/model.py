@@ -89,7 +89,7 @@ class TaskModel(nn.Module):
 def build_task_model(model_cfg: ModelConfig, state, vocab_size: int, head: str, num_labels: int, seed: int,
                      device="cpu", dtype=None) -> TaskModel:
     """Encoder (randomly initialised; :func:`load_encoder` fills it) plus an initialised task head."""
-    from mwb.core.models.build import build_model
+    from mwb.core.compose import build_model
 
     if model_cfg.arch != "bert":
         raise LayoutError(f"fine-tuning tasks use a BERT encoder; the checkpoint holds a '{model_cfg.arch}' model")

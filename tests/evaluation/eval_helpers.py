@@ -8,7 +8,7 @@ import os
 import torch
 
 from mwb.core.config import ModelConfig, RunConfig
-from mwb.core.models.build import build_model
+from mwb.core.compose import build_model
 from mwb.core.parallel import single_process_state
 DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "mwb", "tasks", "data")
 

@@ -5,7 +5,7 @@ import os
 
 from mwb.core.checkpoint import write_model_checkpoint
 from mwb.core.config import RunConfig, update
-from mwb.core.models.build import build_model
+from mwb.core.compose import build_model
 from mwb.core.parallel.state import single_process_state
 from mwb.core.presets import apply_preset
 from mwb.core.tokenizers import load_tokenizer

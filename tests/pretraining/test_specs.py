@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mwb.core.config import RunConfig, update
-from mwb.core.models.build import build_model
+from mwb.core.compose import build_model
 from mwb.core.parallel.dims import LayoutError
 from mwb.core.parallel.state import single_process_state
 from mwb.core.training.batches import collate

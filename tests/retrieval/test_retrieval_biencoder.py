@@ -49,7 +49,7 @@ def test_hf_bert_import_matches_transformers(hf_bert):
 
 def test_mwb_bert_and_biencoder_checkpoints(tmp_path):
     from mwb.core.checkpoint import write_model_checkpoint
-    from mwb.core.models.build import build_model
+    from mwb.core.compose import build_model
 
     cfg = update(RunConfig(), {"model": {"arch": "bert", "num_layers": 2, "hidden_size": 32, "num_attention_heads": 4,
                                          "max_position_embeddings": 32, "dropout": 0.0}})

@@ -7,9 +7,9 @@ and renamed once complete, and ``latest`` is updated last, so an interrupted sav
 Nothing is unpickled on load. The format is described in ``docs/checkpoint.md``.
 
 Trainer-facing API: ``save(trainer, root, keep_last, extra_files)``, ``latest_dir(root)``,
-``load(trainer, directory, model_only=False) -> step``. Inference: ``load_full_model(path)`` here or in
-:mod:`.consolidate`, which also has ``consolidate(src, dst_file)`` (``checkpoint.consolidate`` is that
-module, so call ``checkpoint.consolidate.consolidate``).
+``load(trainer, directory, model_only=False) -> step``. Full tensors in one process and the one-file
+consolidated format: :mod:`.consolidate`. A whole model from any checkpoint (or a Hugging Face directory) is
+:func:`mwb.core.compose.load_full_model`, above this package: checkpoints know no model construction.
 """
 from __future__ import annotations
 
@@ -19,12 +19,5 @@ from .format import FORMAT, latest_dir, read_metadata
 from .reader import Checkpoint, load
 from .writer import save, write_model_checkpoint
 
-
-def load_full_model(path: str, device="cpu"):
-    """(RunConfig, single-process model, tokenizer path or None); see :mod:`.consolidate`."""
-    from .consolidate import load_full_model as _load
-    return _load(path, device)
-
-
-__all__ = ["FORMAT", "Checkpoint", "CheckpointError", "latest_dir", "load", "load_full_model",
-           "read_metadata", "save", "write_model_checkpoint"]
+__all__ = ["FORMAT", "Checkpoint", "CheckpointError", "latest_dir", "load", "read_metadata", "save",
+           "write_model_checkpoint"]

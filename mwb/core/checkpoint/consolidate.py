@@ -1,11 +1,11 @@
-"""One process, whole model: what inference, evaluation and export need from any checkpoint.
+"""The full, unpadded tensors of an mwb checkpoint in one process, and the one-file consolidated format.
 
-``load_full_model(path)`` accepts every way a user names a model — a run directory, its ``checkpoints``
-directory, a ``step_N`` directory, a consolidated ``.safetensors`` file, or a Hugging Face model directory
-(``config.json``; converted on the fly by :mod:`mwb.core.convert`) — and returns the run config, a
-single-process model built by :func:`mwb.core.models.build.build_model` with the full weights, and the
-tokenizer stored with it. ``consolidate`` writes one safetensors file of full, unpadded tensors plus the
-config, for inference without the sharded layout.
+``resolve(path)`` turns every way a user names an mwb checkpoint (run directory, its ``checkpoints``
+directory, ``checkpoints/latest``, a ``step_N`` directory) into the step directory. ``mwb_state(path)``
+reads such a checkpoint, or a consolidated ``.safetensors`` file, as ``(config, vocab, tensors, tokenizer)``.
+A consolidated file (:func:`write_consolidated`) holds the full tensors plus the config and vocabulary size in
+its header, for inference without the sharded layout. Hugging Face directories and building models are
+:mod:`mwb.core.compose`'s business: this module knows neither conversion nor model construction.
 """
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ import json
 import os
 from typing import Optional
 
-import torch
-
 from ..config import RunConfig, update
 from ..errors import CheckpointError
 from .format import METADATA, latest_dir, tokenizer_path
-from .reader import Checkpoint, copy_full_tensors
+from .reader import Checkpoint
+from .writer import config_tree
 
 CONSOLIDATED = "mwb-consolidated-v1"
 
@@ -40,11 +39,6 @@ def resolve(path: str) -> str:
                           f"a Hugging Face model directory (no config.json)")
 
 
-def is_hf_dir(path: str) -> bool:
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")) and \
-        not os.path.isfile(os.path.join(path, METADATA))
-
-
 def _config(tree: dict, vocab: int, tokenizer: Optional[str]) -> RunConfig:
     cfg = update(RunConfig(), {k: v for k, v in tree.items() if k in ("model", "parallel", "optim", "train",
                                                                          "data", "logging")})
@@ -53,14 +47,12 @@ def _config(tree: dict, vocab: int, tokenizer: Optional[str]) -> RunConfig:
     return update(cfg, {"model": model, "data": data})
 
 
-def full_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
-    """(config, vocab size, {name: unpadded global tensor}, tokenizer path or None) for any ``path``."""
+def mwb_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
+    """(config, vocab size, {name: unpadded global tensor}, tokenizer path or None) of an mwb checkpoint
+    (any form :func:`resolve` takes) or a consolidated ``.safetensors`` file."""
     path = os.path.abspath(os.path.expanduser(str(path)))
     if os.path.isfile(path) and path.endswith(".safetensors"):
-        return _read_consolidated(path)
-    if is_hf_dir(path):
-        from ..convert import load_hf
-        return load_hf(path)
+        return read_consolidated(path)
     ck = Checkpoint(resolve(path))
     vocab = int(ck.meta["vocab_size"])
     tok = tokenizer_path(ck.directory, ck.meta)
@@ -68,39 +60,11 @@ def full_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
     return _config(ck.meta.get("config") or {}, vocab, tok), vocab, tensors, tok
 
 
-def build_full_model(cfg: RunConfig, vocab: int, tensors: dict, device="cpu",
-                     source: str = "checkpoint") -> torch.nn.Module:
-    """A single-process model of ``cfg.model`` holding ``tensors`` (global, unpadded)."""
-    from ..models.build import build_model
-    from ..parallel.state import single_process_state
-
-    model = build_model(cfg.model, single_process_state(), vocab, cfg.train.seed)
-
-    def get(name):
-        if name not in tensors:
-            raise CheckpointError(f"{source} has no tensor {name} (its model settings differ)")
-        return tensors[name]
-    copy_full_tensors([model], get, vocab, cfg.model.tie_embeddings, source=source)
-    return model.to(device).eval()
-
-
-def load_full_model(path: str, device="cpu") -> tuple[RunConfig, torch.nn.Module, Optional[str]]:
-    """(run config, single-process model in eval mode, tokenizer path or None) from any checkpoint path.
-
-    ``cfg.model.vocab_size`` is the real vocabulary size and ``cfg.data.tokenizer`` the stored tokenizer.
-    """
-    cfg, vocab, tensors, tok = full_state(path)
-    model = build_full_model(cfg, vocab, tensors, device, source=str(path))
-    return cfg, model, tok
-
-
-def consolidate(src_ckpt: str, dst_file: str) -> str:
-    """Write the full model of ``src_ckpt`` (any path :func:`load_full_model` takes) as one safetensors
-    file with the config and vocabulary size in its header; returns ``dst_file``."""
+def write_consolidated(dst_file: str, cfg: RunConfig, vocab: int, tensors: dict) -> str:
+    """One safetensors file of ``tensors`` with the config and vocabulary size in its header, written under
+    a temporary name and renamed; returns the absolute path."""
     from safetensors.torch import save_file
-    from .writer import config_tree
 
-    cfg, vocab, tensors, tok = full_state(src_ckpt)
     meta = {"format": CONSOLIDATED, "config": json.dumps(config_tree(cfg)), "vocab_size": str(vocab)}
     dst_file = os.path.abspath(dst_file)
     os.makedirs(os.path.dirname(dst_file), exist_ok=True)
@@ -110,7 +74,8 @@ def consolidate(src_ckpt: str, dst_file: str) -> str:
     return dst_file
 
 
-def _read_consolidated(path: str):
+def read_consolidated(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
+    """What :func:`write_consolidated` wrote, as :func:`mwb_state` returns it."""
     from safetensors import safe_open
     try:
         with safe_open(path, framework="pt") as f:

@@ -1,7 +1,7 @@
 """Hugging Face ↔ mwb conversion: ``convert(src, dst)`` picks the direction from what ``src`` is.
 
 A directory with ``config.json`` (and no mwb ``metadata.json``) is a Hugging Face model: it becomes an mwb
-checkpoint directory (one shard, layout 1, no optimizer state) that :func:`mwb.core.checkpoint.load_full_model`
+checkpoint directory (one shard, layout 1, no optimizer state) that :func:`mwb.core.compose.load_full_model`
 reads and ``checkpoint.load`` puts into any parallel layout for fine-tuning. Anything else is read as an mwb
 checkpoint (run directory, ``checkpoints`` directory, ``step_N`` or consolidated file) and becomes a
 Hugging Face directory that ``transformers`` loads with ``from_pretrained``. One small module per family
@@ -15,8 +15,11 @@ import dataclasses
 import json
 import os
 
+from ..checkpoint.consolidate import mwb_state, resolve
+from ..checkpoint.writer import write_model_checkpoint
+from ..config import RunConfig, update
 from . import bert, gpt2, llama
-from .hf_io import ConversionError, read_config, read_weights, tokenizer_files, write_hf_dir
+from .hf_io import ConversionError, is_hf_dir, read_config, read_weights, tokenizer_files, write_hf_dir
 
 FAMILIES = (gpt2, llama, bert)
 
@@ -39,8 +42,6 @@ def family_for_mwb(model_cfg: dict):
 
 def load_hf(path: str):
     """(RunConfig, vocab size, {mwb name: global tensor}, tokenizer path or None) of a Hugging Face dir."""
-    from ..config import RunConfig, update
-
     hf = read_config(path)
     fam = family_for_hf(hf, path)
     model = fam.model_config(hf)
@@ -60,8 +61,6 @@ def _mwb_model_dict(cfg) -> dict:
 
 def hf_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
     """Hugging Face directory → mwb checkpoint directory; returns (dst, family name)."""
-    from ..checkpoint.writer import write_model_checkpoint
-
     cfg, vocab, tensors, tok = load_hf(src)
     fam = family_for_hf(read_config(src), src)
     extra = {"hf_config": [os.path.join(src, "config.json")]}
@@ -75,7 +74,6 @@ def hf_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
 def _base_hf_config(src: str, model_type: str) -> dict:
     """The config.json an imported checkpoint came from (same family), to carry its other fields over."""
     try:
-        from ..checkpoint.consolidate import resolve
         path = os.path.join(resolve(src), "hf_config", "config.json")
     except Exception:
         return {}
@@ -92,9 +90,7 @@ def _base_hf_config(src: str, model_type: str) -> dict:
 
 def mwb_to_hf(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
     """mwb checkpoint (any path form) → Hugging Face directory; returns (dst, family name)."""
-    from ..checkpoint.consolidate import full_state
-
-    cfg, vocab, tensors, tok = full_state(src)
+    cfg, vocab, tensors, tok = mwb_state(src)
     m = _mwb_model_dict(cfg)
     fam = family_for_mwb(m)
     if hasattr(fam, "check_mwb"):
@@ -109,8 +105,6 @@ def mwb_to_hf(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
 
 def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]:
     """Convert in the direction ``src`` implies; returns (direction, dst, family)."""
-    from ..checkpoint.consolidate import is_hf_dir
-
     src = os.path.abspath(os.path.expanduser(str(src)))
     if not os.path.exists(src):
         raise ConversionError(f"{src} does not exist")
@@ -126,4 +120,4 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     return "mwb-to-hf", out, fam
 
 
-__all__ = ["ConversionError", "FAMILIES", "convert", "hf_to_mwb", "load_hf", "mwb_to_hf"]
+__all__ = ["ConversionError", "FAMILIES", "convert", "hf_to_mwb", "is_hf_dir", "load_hf", "mwb_to_hf"]

@@ -14,7 +14,7 @@ import shutil
 
 import torch
 
-from ..checkpoint.format import atomic_write_text, commit_directory, staging_dir, write_safetensors
+from ..checkpoint.format import METADATA, atomic_write_text, commit_directory, staging_dir, write_safetensors
 from ..errors import MwbError
 
 
@@ -26,6 +26,12 @@ class ConversionError(MwbError):
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                    "vocab.json", "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.model",
                    "added_tokens.json")
+
+
+def is_hf_dir(path: str) -> bool:
+    """A Hugging Face model directory: ``config.json`` and no mwb checkpoint ``metadata.json``."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")) and \
+        not os.path.isfile(os.path.join(path, METADATA))
 
 
 def read_config(directory: str) -> dict:

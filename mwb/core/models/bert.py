@@ -46,7 +46,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from .build import register_arch
 from .transformer import CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm
 
 
@@ -73,13 +72,6 @@ class LMTransform(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(F.gelu(self.dense(x)))
 
-    def parallelize_tp(self, state) -> None:
-        """Under SP this replicated dense layer sees one sequence slice, so its gradients are partial sums
-        over TP (the LayerNorm is marked by the generic pass); Megatron marks them the same way."""
-        from ..parallel.tensor_parallel import _mark
-        for p in self.dense.parameters():
-            _mark(p, None, p.shape, sequence_parallel=state.sp)
-
 
 class Pooler(nn.Module):
     """tanh(dense(hidden of the first token)): the sentence representation for the binary head."""
@@ -90,18 +82,6 @@ class Pooler(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(x[:, 0]))
-
-    def parallelize_tp(self, state) -> None:
-        """Under SP the first token lives on TP rank 0 only: gather the sequence first. Every rank then
-        computes the same (replicated) pooled output, so the backward just keeps this rank's slice."""
-        if not state.sp:
-            return
-        from ..parallel.collectives import gather_from_sequence
-        group = state.tp_group
-
-        def gather(module, args):
-            return (gather_from_sequence(args[0], group, grad_reduce=False),) + tuple(args[1:])
-        self.register_forward_pre_hook(gather)
 
 
 class BertModel(TiedEmbeddingStage, nn.Module):
@@ -195,8 +175,3 @@ class BertModel(TiedEmbeddingStage, nn.Module):
             sop = F.cross_entropy(binary_logits.float(), nsp_labels, ignore_index=-1, reduction="sum")
             parts["binary"] = (sop, (nsp_labels >= 0).sum().to(sop.dtype))
         return parts
-
-
-@register_arch("bert")
-def _bert(cfg, vocab, padded, layer_ids, pre, post):
-    return BertModel(cfg, vocab, padded, layer_ids, pre, post)

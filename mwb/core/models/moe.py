@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ConfigError, ModelConfig
-from .transformer import MLP
+from .mlp import MLP
 
 # --------------------------------------------------------------------------------------- aux-loss state
 
@@ -387,24 +387,3 @@ class MoELayer(nn.Module):
         if not torch.is_grad_enabled():
             return out
         return _AttachAuxLoss.apply(out, sum(terms.values()) / tp_size)
-
-
-# --------------------------------------------------------------------------------------------- counts
-
-
-def count_params(model_cfg: ModelConfig, vocab_size: int) -> dict[str, int]:
-    """Total parameters and parameters active per token (router, shared expert and k of the E experts
-    of each MoE layer; everything else is dense), for the single-process model with a padded vocabulary.
-    Built on the meta device: exact for any architecture, and allocates nothing."""
-    from .build import _load_arch, count_parameters
-    from .transformer import padded_vocab_size
-    padded = padded_vocab_size(vocab_size, model_cfg.make_vocab_size_divisible_by, 1)
-    with torch.device("meta"):
-        model = _load_arch(model_cfg.arch)(model_cfg, vocab_size, padded, None, True, True)
-    total = count_parameters(model)
-    inactive = 0
-    for m in model.modules():
-        if isinstance(m, MoELayer):
-            per_expert = sum(p.numel() for p in m.experts.parameters()) // m.num_experts
-            inactive += (m.num_experts - m.top_k) * per_expert
-    return {"total": total, "active": total - inactive}

@@ -17,8 +17,8 @@ which trains fine; converted checkpoints bring their own weights anyway.
 Other T5 details kept: pre-norm blocks (RMSNorm and no biases in the t5 presets), a final norm and dropout
 after each stack, and, with tied embeddings, the decoder output scaled by hidden_size^-0.5 before the tied
 vocab projection. Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
-shards projections, embedding, head and loss; each bias table is sharded over heads by its own
-``parallelize_tp``.
+shards projections, embedding, head and loss; :mod:`mwb.core.parallel.tensor_parallel` also shards each
+bias table over heads (this module knows nothing of parallelism).
 
 Pipeline parallelism. The encoder layers followed by the decoder layers form one sequence of
 ``num_layers + num_decoder_layers`` layers (decoder layer ids already continue after the encoder's), which
@@ -47,8 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
-from ..parallel.dims import LayoutError
-from .build import register_arch
+from ..errors import LayoutError
 from .transformer import CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm
 
 
@@ -93,18 +92,6 @@ class RelativePositionBias(nn.Module):
         buckets = relative_position_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
         return F.embedding(buckets, self.weight).permute(2, 0, 1)[None]
 
-    def parallelize_tp(self, state) -> None:
-        """Keep the columns of this rank's heads (column-parallel q/k/v give rank r a contiguous block)."""
-        from ..parallel.collectives import group_size
-        from ..parallel.tensor_parallel import _mark
-        tp = group_size(state.tp_group)
-        full = tuple(self.weight.shape)
-        if full[1] % tp:
-            raise LayoutError(f"T5 relative bias: {full[1]} heads are not divisible by tp {tp}")
-        w = nn.Parameter(torch.empty(full[0], full[1] // tp, device=self.weight.device, dtype=self.weight.dtype))
-        _mark(w, 1, full, group=state.tp_group)
-        self.weight = w
-
 
 def _additive(bias: Optional[torch.Tensor], keep: Optional[torch.Tensor], dtype) -> Optional[torch.Tensor]:
     """Combine a float bias and a bool key mask (True = attend) into one SDPA mask. Masked keys get the
@@ -143,12 +130,6 @@ class T5Stack(nn.Module):
         for layer in self.layers.values():
             x = layer(x, mask=mask) if enc is None else layer(x, mask=mask, enc=enc, cross_mask=cross)
         return self.dropout(self.norm(x)) if self.final else x
-
-    def parallelize_tp(self, state) -> None:
-        """Under SP the final norm's output is a sequence slice: its dropout draws per-rank masks."""
-        if state.sp and self.final:
-            from ..parallel.random import ShardedDropout
-            self.dropout = ShardedDropout(self.dropout.p)
 
 
 class T5Model(TiedEmbeddingStage, nn.Module):
@@ -229,8 +210,3 @@ class T5Model(TiedEmbeddingStage, nn.Module):
         if labels is None:
             return logits
         return self.loss_fn(logits, labels, loss_mask)
-
-
-@register_arch("t5")
-def _t5(cfg, vocab, padded, layer_ids, pre, post):
-    return T5Model(cfg, vocab, padded, layer_ids, pre, post)

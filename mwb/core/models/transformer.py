@@ -8,6 +8,7 @@ heads are read from the projection's output size, so the same code runs with all
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional
 
@@ -16,6 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .mlp import MLP
+from .moe import MoELayer
 
 
 def make_norm(cfg: ModelConfig, size: Optional[int] = None) -> nn.Module:
@@ -76,6 +79,10 @@ class AttentionCore(nn.Module):
         self.dropout = dropout
         self.scale = scale
         self.cp = None  # set by parallel.context.parallelize_context when the sequence is split over CP
+        # Context manager factory for the random stream of attention-probability dropout: the default stream
+        # here; the tensor-parallel plan points it at the model-parallel stream (probabilities of local heads
+        # are sharded over TP, so each TP rank must draw its own mask).
+        self.dropout_rng = contextlib.nullcontext
 
     def forward(self, q, k, v, causal: bool = False, mask: Optional[torch.Tensor] = None):
         if self.cp is not None:  # context parallel: attend over every rank's keys and values
@@ -89,8 +96,7 @@ class AttentionCore(nn.Module):
             v = v.repeat_interleave(rep, dim=1)
         p = self.dropout if self.training else 0.0
         if p > 0.0:
-            from ..parallel.random import get_rng_tracker
-            with get_rng_tracker().fork():
+            with self.dropout_rng():
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
                                                       is_causal=causal and mask is None, scale=self.scale)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
@@ -146,35 +152,9 @@ class Attention(nn.Module):
 # ------------------------------------------------------------------------------------------------- mlp
 
 
-class MLP(nn.Module):
-    """GeLU MLP (up → gelu → down) or SwiGLU (silu(gate) · up → down). ``gelu_tanh`` is GPT-2's tanh
-    approximation (Hugging Face ``gelu_new``), needed for converted GPT-2 weights to give the same logits."""
-
-    def __init__(self, cfg: ModelConfig, ffn: Optional[int] = None) -> None:
-        super().__init__()
-        h, f = cfg.hidden_size, ffn or cfg.ffn_size
-        self.swiglu = cfg.activation == "swiglu"
-        if cfg.activation not in ("gelu", "gelu_tanh", "swiglu", "relu"):
-            raise ValueError(f"unknown activation '{cfg.activation}' (gelu | gelu_tanh | swiglu | relu)")
-        self.relu = cfg.activation == "relu"
-        self.gelu_approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"
-        self.up_proj = nn.Linear(h, f, bias=cfg.bias)
-        if self.swiglu:
-            self.gate_proj = nn.Linear(h, f, bias=cfg.bias)
-        self.down_proj = nn.Linear(f, h, bias=cfg.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.swiglu:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        if self.relu:
-            return self.down_proj(F.relu(self.up_proj(x)))
-        return self.down_proj(F.gelu(self.up_proj(x), approximate=self.gelu_approximate))
-
-
 def make_mlp(cfg: ModelConfig, layer_id: int) -> nn.Module:
     """A dense MLP, or a mixture of experts on every ``moe_layer_freq``-th layer."""
     if cfg.num_experts and layer_id % max(cfg.moe_layer_freq, 1) == 0:
-        from .moe import MoELayer
         return MoELayer(cfg)
     return MLP(cfg)
 

@@ -1,7 +1,7 @@
 """Process groups, differentiable collectives and tensor/sequence/data/pipeline/expert parallelism.
 
 Names are imported lazily so that light commands (``mwb preprocess``, ``mwb plan``) and error types
-(``LayoutError`` lives in the torch-free ``dims`` module) do not pay for importing torch.
+(``LayoutError``, from :mod:`mwb.core.errors`, is re-exported by the torch-free ``dims`` module) do not pay for importing torch.
 """
 from .dims import LayoutError, ParallelDims
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ..models.transformer import AttentionCore
 from .collectives import gather_from_sequence, group_rank, group_size
 
 
@@ -50,7 +51,6 @@ class ContextParallel:
 
 def parallelize_context(model: torch.nn.Module, state) -> torch.nn.Module:
     """Give every attention core (and the model) the CP group; a no-op when cp == 1."""
-    from ..models.transformer import AttentionCore
     group = state.group("cp")
     if group_size(group) == 1:
         return model

@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-
-class LayoutError(ValueError):
-    """A parallel layout that does not fit the world size or the model."""
+from ..errors import LayoutError
 
 
 @dataclass(frozen=True)

@@ -105,11 +105,17 @@ def restore_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def model_parallel_rng():
+    """Enter the model-parallel stream of the current tracker. The tracker is looked up on each call, not
+    when a model is built, because :func:`seed_everything` replaces it."""
+    return get_rng_tracker().fork()
+
+
 class ShardedDropout(torch.nn.Dropout):
     """Dropout on TP-sharded activations: draws from the model-parallel stream."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        with get_rng_tracker().fork():
+        with model_parallel_rng():
             return super().forward(x)

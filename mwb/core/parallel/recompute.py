@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..models.transformer import AttentionCore
 from .random import get_rng_tracker
 
 MODES = ("none", "selective", "full")
@@ -131,7 +132,6 @@ def apply_recompute(chunk: nn.Module, parallel_cfg) -> nn.Module:
         raise RuntimeError(f"recomputation ({chunk._mwb_recompute}) is already applied to this model")
     chunk._mwb_recompute = mode
     if mode == "selective":
-        from ..models.transformer import AttentionCore
         cores = [m for m in chunk.modules() if isinstance(m, AttentionCore)]
         for core in cores:
             _wrap_single(core)

@@ -9,7 +9,10 @@
   * swaps the word embedding for a vocab-parallel one, the output head for a vocab-sharded one and the
     loss for the vocab-parallel cross-entropy (full logits are never gathered);
   * marks parameters whose gradients are partial under SP (norms, row-parallel biases) so the optimizer
-    all-reduces them over TP, and replaces dropout on sharded activations with the model-parallel stream.
+    all-reduces them over TP, and replaces dropout on sharded activations with the model-parallel stream
+    (attention-probability dropout through the ``AttentionCore.dropout_rng`` hook, at every TP size);
+  * applies the pieces specific to one family (:data:`FAMILY_PLANS`: T5's relative-bias tables sharded over
+    heads, BERT's pooler and MLM transform under SP), so that :mod:`mwb.core.models` imports nothing from here.
 Each parameter records how it is sharded (``param.tp_dim``: None, 0 or 1; ``param.full_shape``), which the
 initialiser, the gradient-norm and the checkpoint code read.
 """
@@ -22,10 +25,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import LayoutError
+from ..models.bert import LMTransform, Pooler
+from ..models.t5 import RelativePositionBias, T5Stack
+from ..models.mlp import MLP
+from ..models.transformer import Attention, AttentionCore, CrossEntropy, Embedding, TransformerBlock
 from .collectives import (copy_to_tp, gather_from_sequence, group_rank, group_size, reduce_from_tp,
                           reduce_scatter_to_sequence, scatter_to_sequence)
-from ..models.transformer import CrossEntropy
-from .random import ShardedDropout
+from .random import ShardedDropout, model_parallel_rng
 
 
 def _mark(param: nn.Parameter, tp_dim: Optional[int], full_shape, sequence_parallel: bool = False,
@@ -186,10 +193,56 @@ def mark_replicated(model: nn.Module) -> None:
             _mark(p, None, p.shape)
 
 
+# ------------------------------------------------------------- pieces specific to one model family
+
+
+def _shard_lm_transform(module: LMTransform, state) -> None:
+    """BERT's MLM transform: under SP this replicated dense layer sees one sequence slice, so its gradients
+    are partial sums over TP (the LayerNorm is marked by the generic pass); Megatron marks them the same way."""
+    for p in module.dense.parameters():
+        _mark(p, None, p.shape, sequence_parallel=state.sp)
+
+
+def _shard_pooler(module: Pooler, state) -> None:
+    """BERT's pooler: under SP the first token lives on TP rank 0 only, so gather the sequence first. Every
+    rank then computes the same (replicated) pooled output, so the backward just keeps this rank's slice."""
+    if not state.sp:
+        return
+    group = state.tp_group
+
+    def gather(mod, args):
+        return (gather_from_sequence(args[0], group, grad_reduce=False),) + tuple(args[1:])
+    module.register_forward_pre_hook(gather)
+
+
+def _shard_relative_bias(module: RelativePositionBias, state) -> None:
+    """T5's relative bias table: keep the columns of this rank's heads (column-parallel q/k/v give rank r a
+    contiguous block of heads)."""
+    tp = group_size(state.tp_group)
+    full = tuple(module.weight.shape)
+    if full[1] % tp:
+        raise LayoutError(f"T5 relative bias: {full[1]} heads are not divisible by tp {tp}")
+    w = nn.Parameter(torch.empty(full[0], full[1] // tp, device=module.weight.device, dtype=module.weight.dtype))
+    _mark(w, 1, full, group=state.tp_group)
+    module.weight = w
+
+
+def _shard_t5_stack(module: T5Stack, state) -> None:
+    """Under SP a T5 stack's final norm outputs a sequence slice: its dropout draws per-rank masks."""
+    if state.sp and module.final:
+        module.dropout = ShardedDropout(module.dropout.p)
+
+
+# module class → what the plan does to it beyond the generic pass (applied in module order)
+FAMILY_PLANS = ((LMTransform, _shard_lm_transform), (Pooler, _shard_pooler),
+                (RelativePositionBias, _shard_relative_bias), (T5Stack, _shard_t5_stack))
+
+
 def parallelize_tensor(model: nn.Module, state) -> nn.Module:
     """Apply tensor (and sequence) parallelism in place; a no-op apart from metadata when tp == 1."""
-    from ..models.transformer import MLP, Attention, Embedding, TransformerBlock
-
+    for module in model.modules():  # attention dropout on local heads: the model-parallel stream
+        if isinstance(module, AttentionCore):
+            module.dropout_rng = model_parallel_rng
     group, sp = state.tp_group, state.sp
     if group_size(group) == 1:
         mark_replicated(model)
@@ -228,9 +281,13 @@ def parallelize_tensor(model: nn.Module, state) -> nn.Module:
             module.loss_fn = VocabParallelCrossEntropy(module.loss_fn.vocab_size, group)
         if sp and isinstance(getattr(module, "embed_dropout", None), nn.Dropout):
             module.embed_dropout = ShardedDropout(module.embed_dropout.p)
-    # Model-specific pieces the generic plan cannot know (e.g. a relative-position bias table sharded over
-    # heads, replicated layers that see only a sequence slice): modules may define parallelize_tp(state).
+    # Model-specific pieces the generic pass cannot know (a relative-position bias table sharded over heads,
+    # replicated layers that see only a sequence slice): the family plans above, and modules defined above
+    # core (or holding no parallel code) may expose parallelize_tp(state) themselves.
     for module in list(model.modules()):
+        for cls, plan in FAMILY_PLANS:
+            if isinstance(module, cls):
+                plan(module, state)
         if callable(getattr(module, "parallelize_tp", None)):
             module.parallelize_tp(state)
     if hasattr(model, "tie_weights"):

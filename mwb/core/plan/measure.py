@@ -190,7 +190,7 @@ def measure_layer(case: LayerCase, state=None, seed: int = 1234, dtype=torch.bfl
     """Bytes the layer keeps for backward on this rank. ``t > 1`` needs an initialised process group whose
     world is a multiple of ``t`` (pass ``state`` to reuse groups across calls)."""
     from ..config import ParallelConfig
-    from ..models.build import build_model
+    from ..compose import build_model
     from ..parallel.recompute import apply_recompute
     from ..parallel.random import seed_everything
 

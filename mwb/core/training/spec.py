@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..config import RunConfig
-from ..models.build import build_model
+from ..compose import build_model
 from ..parallel.stages import StageSpec
 
 

@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from mwb.cli.main import main  # noqa: E402
-from mwb.core.checkpoint import load_full_model  # noqa: E402
+from mwb.core.compose import load_full_model  # noqa: E402
 from mwb.core.convert import ConversionError, convert  # noqa: E402
 
 V = 100

@@ -7,7 +7,7 @@ position and the data position): equal to fp32 tolerance in another layout, bit-
 import pytest
 import torch
 
-from mwb.core import checkpoint
+from mwb.core.compose import load_full_model
 from tests.core.checkpoint.ckpt_workers import load_then_continue, tree
 from tests.helpers.distributed import run_ranks
 from tests.helpers.compare import rel
@@ -41,7 +41,7 @@ def tp1(saved) -> dict:
 def test_load_at_tp1_and_full_model(saved):
     got = tp1(saved)
     assert_same_run(got, saved["first"], "TP1")
-    cfg, model, tok = checkpoint.load_full_model(saved["path"])  # sharded checkpoint → one process
+    cfg, model, tok = load_full_model(saved["path"])  # sharded checkpoint → one process
     assert tok is None and cfg.model.vocab_size == 200
     from tests.core.checkpoint.ckpt_workers import FIXED, get_microbatches
     tokens = get_microbatches(FIXED, 0, 2, 2, 1, 0)[0]["tokens"][:, :-1]

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from mwb.core import checkpoint
-from mwb.core.checkpoint.consolidate import consolidate, resolve
+from mwb.core.checkpoint.consolidate import resolve
+from mwb.core.compose import consolidate, load_full_model
 from tests.core.checkpoint.ckpt_workers import load_then_continue, save_then_continue, tree
 from tests.helpers.distributed import run_ranks
 from tests.helpers.workers import make_trainer
@@ -34,7 +35,7 @@ def test_checkpoint_is_self_contained(tmp_path):
     assert os.path.isfile(os.path.join(path, "tokenizer", "tok.json"))
     for p in (str(tmp_path / "run"), root, path):  # every way to name it
         assert resolve(p) == path
-    cfg, model, tokpath = checkpoint.load_full_model(str(tmp_path / "run"))
+    cfg, model, tokpath = load_full_model(str(tmp_path / "run"))
     assert tokpath == os.path.join(path, "tokenizer", "tok.json") and cfg.data.tokenizer == tokpath
     assert cfg.model.hidden_size == 32 and cfg.model.vocab_size == 200 and not model.training
     tokens = torch.randint(0, 200, (2, 8))
@@ -43,7 +44,7 @@ def test_checkpoint_is_self_contained(tmp_path):
         torch.testing.assert_close(model(tokens=tokens), ref, rtol=0, atol=0)
         single = str(tmp_path / "model.safetensors")
         consolidate(path, single)
-        _, model2, _ = checkpoint.load_full_model(single)
+        _, model2, _ = load_full_model(single)
         torch.testing.assert_close(model2(tokens=tokens), ref, rtol=0, atol=0)
     meta = json.load(open(os.path.join(path, "metadata.json")))
     assert meta["config"]["model"]["hidden_size"] == 32 and meta["tokenizer"] == "tokenizer/tok.json"

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from mwb.core import checkpoint
+from mwb.core.compose import load_full_model
 from mwb.core.training.batches import get_microbatches
 from tests.core.models.workers import FIXED_T5, load_then_probe, save_then_reshard, tree
 from tests.helpers.compare import rel
@@ -41,7 +41,7 @@ def test_pp2_checkpoint_stores_each_parameter_once(saved):
 
 @pytest.mark.multiprocess
 def test_pp2_checkpoint_consolidates_into_one_process_model(saved):
-    cfg, model, _ = checkpoint.load_full_model(saved["path"])
+    cfg, model, _ = load_full_model(saved["path"])
     assert cfg.model.arch == "t5"
     t = cfg.train
     total = count = 0.0

@@ -6,7 +6,7 @@ import torch
 
 from mwb.core.config import ModelConfig
 from mwb.core.models.bert import BertModel
-from mwb.core.models.build import build_model
+from mwb.core.compose import build_model
 from mwb.core.parallel.state import single_process_state
 
 V = 64

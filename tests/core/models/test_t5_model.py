@@ -111,7 +111,7 @@ def test_pipeline_stages_chain_to_the_whole_model(position, split):
     """Stages built from consecutive ranges of the encoder-then-decoder layers hold the whole model's
     parameters under the same names (a bias table on every stage running its stack, the tied head as a copy
     of the word embedding), and chaining their messages gives the whole model's loss."""
-    from mwb.core.models.build import build_model
+    from mwb.core.compose import build_model
     from mwb.core.parallel.state import single_process_state
     cfg = replace(CFG, position_embedding=position)
     st = single_process_state()

@@ -6,8 +6,8 @@ import torch
 
 from mwb.core.config import ModelConfig, RunConfig, update
 from mwb.core.models import moe
-from mwb.core.models.moe import (MoELayer, capacity_keep, count_params, expert_capacity, load_balancing_loss,
-                                 route, z_loss)
+from mwb.core.models.arch import count_params
+from mwb.core.models.moe import MoELayer, capacity_keep, expert_capacity, load_balancing_loss, route, z_loss
 from mwb.core.parallel.dims import LayoutError
 
 

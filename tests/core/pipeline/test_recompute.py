@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mwb.core.config import ModelConfig, ParallelConfig
-from mwb.core.models.build import build_model
+from mwb.core.compose import build_model
 from mwb.core.parallel.dims import ParallelDims
 from mwb.core.parallel.random import get_rng_tracker, seed_everything
 from mwb.core.parallel.recompute import apply_recompute

@@ -1,0 +1,117 @@
+"""Build and load models: the one place that puts plain models, parallel plans and checkpoints together.
+
+Layers below know nothing of each other's business: :mod:`.models` holds single-device modules,
+:mod:`.parallel` the plans that shard them, :mod:`.checkpoint` the on-disk format and :mod:`.convert` the
+Hugging Face mapping. This module composes them:
+
+* :func:`build_model` — the model (or pipeline stage) for this rank: plain module on the meta device →
+  tensor/sequence, context and expert plans → real storage (:func:`materialize`) → layout-independent
+  initialisation. Building on the meta device first means no rank ever allocates the unsharded model.
+* :func:`full_state` / :func:`load_full_model` — one process, whole model, from any way a user names one:
+  a run directory, its ``checkpoints`` directory, a ``step_N`` directory, a consolidated ``.safetensors``
+  file or a Hugging Face model directory (``config.json``; converted on the fly).
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import nn
+
+from .checkpoint.consolidate import mwb_state, write_consolidated
+from .checkpoint.reader import copy_full_tensors
+from .config import ModelConfig, RunConfig
+from .convert import is_hf_dir, load_hf
+from .errors import CheckpointError
+from .models.arch import make_model
+from .models.init import initialize
+from .models.transformer import padded_vocab_size
+from .parallel.context import parallelize_context
+from .parallel.expert import parallelize_experts
+from .parallel.state import single_process_state
+from .parallel.tensor_parallel import parallelize_tensor
+
+
+@torch.no_grad()
+def materialize(model: nn.Module, device, dtype: Optional[torch.dtype] = None) -> nn.Module:
+    """Replace meta parameters/buffers by real (uninitialised) ones, keeping ties and attributes."""
+    made: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for key, p in list(module._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in made:
+                want = dtype if (dtype is not None and p.is_floating_point()) else p.dtype
+                new = nn.Parameter(torch.empty(p.shape, device=device, dtype=want), requires_grad=p.requires_grad)
+                new.__dict__.update(p.__dict__)
+                made[id(p)] = new
+            module._parameters[key] = made[id(p)]
+        for key, b in list(module._buffers.items()):
+            if b is not None and b.device.type == "meta":
+                module._buffers[key] = torch.zeros(b.shape, device=device, dtype=b.dtype)
+    return model
+
+
+def construct_sharded(make: Callable[[], nn.Module], cfg: ModelConfig, state, device,
+                      dtype: Optional[torch.dtype] = None) -> nn.Module:
+    """``make()`` on the meta device, parallelised for this rank (tensor/sequence, context and expert
+    plans), then given real, uninitialised storage: the caller initialises it (:func:`initialize`)."""
+    with torch.device("meta"):
+        model = make()
+    parallelize_tensor(model, state)
+    if state.cp_size > 1:
+        parallelize_context(model, state)
+    if cfg.num_experts:
+        parallelize_experts(model, state)
+    return materialize(model, device, dtype)
+
+
+def build_model(cfg: ModelConfig, state, vocab_size: int, seed: int, device="cpu",
+                dtype: Optional[torch.dtype] = None, layer_ids: Optional[Sequence[int]] = None,
+                pre_process: bool = True, post_process: bool = True) -> nn.Module:
+    """The model (or pipeline stage) for this rank, initialised identically to the single-process model."""
+    padded = padded_vocab_size(vocab_size, cfg.make_vocab_size_divisible_by, state.tp_size)
+    model = construct_sharded(lambda: make_model(cfg, vocab_size, padded, layer_ids, pre_process, post_process),
+                              cfg, state, device, dtype)
+    initialize(model, seed, cfg.init_std, cfg.num_layers, cfg.tie_embeddings, real_vocab=vocab_size)
+    return model
+
+
+def full_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
+    """(config, vocab size, {name: unpadded global tensor}, tokenizer path or None) for any ``path``: an mwb
+    checkpoint in any form, a consolidated file, or a Hugging Face directory (converted on the fly)."""
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    if is_hf_dir(path):
+        return load_hf(path)
+    return mwb_state(path)
+
+
+def build_full_model(cfg: RunConfig, vocab: int, tensors: dict, device="cpu",
+                     source: str = "checkpoint") -> nn.Module:
+    """A single-process model of ``cfg.model`` holding ``tensors`` (global, unpadded), in eval mode."""
+    model = build_model(cfg.model, single_process_state(), vocab, cfg.train.seed)
+
+    def get(name):
+        if name not in tensors:
+            raise CheckpointError(f"{source} has no tensor {name} (its model settings differ)")
+        return tensors[name]
+    copy_full_tensors([model], get, vocab, cfg.model.tie_embeddings, source=source)
+    return model.to(device).eval()
+
+
+def load_full_model(path: str, device="cpu") -> tuple[RunConfig, nn.Module, Optional[str]]:
+    """(run config, single-process model in eval mode, tokenizer path or None) from any checkpoint path.
+
+    ``cfg.model.vocab_size`` is the real vocabulary size and ``cfg.data.tokenizer`` the stored tokenizer.
+    """
+    cfg, vocab, tensors, tok = full_state(path)
+    model = build_full_model(cfg, vocab, tensors, device, source=str(path))
+    return cfg, model, tok
+
+
+def consolidate(src_ckpt: str, dst_file: str) -> str:
+    """Write the full model of ``src_ckpt`` (any path :func:`load_full_model` takes) as one safetensors
+    file with the config and vocabulary size in its header; returns ``dst_file``."""
+    cfg, vocab, tensors, _ = full_state(src_ckpt)
+    return write_consolidated(dst_file, cfg, vocab, tensors)
