@@ -145,8 +145,7 @@ def rank_main(tree: dict, job: dict) -> None:
 
 def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) -> None:
     """Resolve steps from the epochs and the training-set size, then run :func:`rank_main` on each rank."""
-    from mwb.core.training.launch import launch, under_launcher
-    from mwb.core.training.trainer import parallel_dims
+    from mwb.core.training.job import run_job
 
     task = get_finetune_task(task_name)
     n_train = len(task.read(job["data"], "train"))
@@ -156,14 +155,9 @@ def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) ->
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, global_batch_size=gbs))
     steps_per_epoch = max(n_train // gbs, 1)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps_per_epoch * job["epochs"]))
-    world = int(os.environ["WORLD_SIZE"]) if under_launcher() else (nproc or 1)
-    parallel_dims(cfg, world)
     job = dict(job, steps_per_epoch=steps_per_epoch)
-    tree = dataclasses.asdict(cfg)
-    if under_launcher() or world == 1:
-        rank_main(tree, job)
-    else:
-        launch(rank_main, world, tree, job)
+    run_job(cfg, nproc, rank_main, lambda dims: (dataclasses.asdict(cfg), job),
+            resume=os.path.join(job["out"], "checkpoints") if job.get("resume") else None)
 
 
 def set_threads_for_tests(n: int = 1) -> None:  # pragma: no cover - used by spawned test ranks

@@ -6,7 +6,8 @@ distributed optimizer on or off), optimizer state included. A checkpoint is writ
 and renamed once complete, and ``latest`` is updated last, so an interrupted save never looks complete.
 Nothing is unpickled on load. The format is described in ``docs/checkpoint.md``.
 
-Trainer-facing API: ``save(trainer, root, keep_last, extra_files)``, ``latest_dir(root)``,
+Trainer-facing API: ``save(trainer, root, keep_last, extra_files)``, ``latest_dir(root)``, ``resume_dir(root)``
+(the latest, checked complete, for pre-launch checks),
 ``load(trainer, directory, model_only=False) -> step``. Inference: ``load_full_model(path)`` here or in
 :mod:`.consolidate`, which also has ``consolidate(src, dst_file)`` (``checkpoint.consolidate`` is that
 module, so call ``checkpoint.consolidate.consolidate``).
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 
 from ..errors import CheckpointError
-from .format import FORMAT, latest_dir, read_metadata
+from .format import FORMAT, latest_dir, read_metadata, resume_dir
 from .reader import Checkpoint, load
 from .writer import save, write_model_checkpoint
 
@@ -27,4 +28,4 @@ def load_full_model(path: str, device="cpu"):
 
 
 __all__ = ["FORMAT", "Checkpoint", "CheckpointError", "latest_dir", "load", "load_full_model",
-           "read_metadata", "save", "write_model_checkpoint"]
+           "read_metadata", "resume_dir", "save", "write_model_checkpoint"]
