@@ -38,3 +38,15 @@ def test_error_kinds_decide_the_exit_status():
     assert error_kind(DataError("x")) == error_kind(CheckpointError("x")) == "runtime"  # exit 1
     assert error_kind(FileNotFoundError("x")) == "runtime"
     assert error_kind(ZeroDivisionError("x")) == "internal"  # a bug: exit 1 with the rank's traceback
+
+
+def test_a_rank_killed_without_a_record_is_still_named(tmp_path):
+    """Killed by a signal (out of memory, kill -9): no error record, so the launcher's failure names it."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from mwb.core.training.launch import rank_failure
+
+    failed = ChildFailedError("rank_main", {1: ProcessFailure(local_rank=1, pid=4242, exitcode=-9,
+                                                              error_file=str(tmp_path / "none.json"))})
+    e = rank_failure(str(tmp_path), failed)
+    assert (e.rank, e.kind) == (1, "runtime") and "signal SIGKILL" in e.message
