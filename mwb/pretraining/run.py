@@ -27,6 +27,7 @@ class DataPlan:
 
 
 def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
+    """Resolve data and tokenizer once, in the launching process, and check the data files open."""
     arch, data = cfg.model.arch, cfg.data.data
     if data and len(data) == 1 and str(data[0]) == SYNTHETIC:
         return DataPlan([SYNTHETIC], None, cfg.model.vocab_size or 512)
@@ -44,6 +45,9 @@ def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
     vocab = cfg.model.vocab_size or tok.vocab_size
     if vocab < tok.vocab_size:
         raise ConfigError(f"model.vocab_size {vocab} is smaller than the tokenizer's {tok.vocab_size}")
+    from mwb.core.data import IndexedDataset, parse_data
+    for prefix in parse_data(data)[0]:
+        IndexedDataset(prefix)  # .bin/.idx present and the index well-formed: fail here, not on every rank
     return DataPlan([str(d) for d in data], tok_path, vocab)
 
 

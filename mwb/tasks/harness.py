@@ -7,7 +7,6 @@ reported for the same checkpoint and split.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -24,15 +23,6 @@ class TaskRunner:
     tokenizer: Any
     seq_length: int
     batch_size: int
-
-
-def best_checkpoint(path: str) -> str:
-    """A fine-tuning run directory means its best checkpoint (``checkpoints/best``), not the last one."""
-    marker = os.path.join(path, "checkpoints", "best")
-    if os.path.isfile(marker):
-        with open(marker) as f:
-            return os.path.join(path, "checkpoints", f.read().strip())
-    return path
 
 
 class FinetuneEval(Task):
@@ -55,14 +45,14 @@ class FinetuneEval(Task):
         from mwb.core.parallel.state import single_process_state
         from mwb.core.tokenizers import load_tokenizer
 
-        source = best_checkpoint(checkpoint)
-        cfg, vocab, tensors, tok_path = full_state(source)
+        # A fine-tuning run directory means its checkpoints/best: full_state resolves it (core.checkpoint).
+        cfg, vocab, tensors, tok_path = full_state(checkpoint)
         model = build_task_model(cfg.model, single_process_state(), vocab, self.ft.head, self.ft.num_labels,
                                  cfg.train.seed, device or "cpu")
-        missing = load_weights(model, tensors, vocab, source, encoder_only=False)
+        missing = load_weights(model, tensors, vocab, checkpoint, encoder_only=False)
         if missing:
             from mwb.core.errors import CheckpointError
-            raise CheckpointError(f"{source} is not a fine-tuned '{self.ft.name}' checkpoint: it lacks "
+            raise CheckpointError(f"{checkpoint} is not a fine-tuned '{self.ft.name}' checkpoint: it lacks "
                                   f"{', '.join(missing[:3])}")
         tok = load_tokenizer(tokenizer or tok_path)
         seq = self.opts["seq_length"] or cfg.train.seq_length

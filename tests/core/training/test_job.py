@@ -1,7 +1,8 @@
-"""An error raised inside one rank of a ``--nproc N`` job reaches the launching process as one RankError.
+"""The job skeleton: an error raised inside one rank of a ``--nproc N`` job reaches the launching process as
+one RankError; checks that can run before launching do.
 
-The rank function is tiny and test-only; it goes through the real elastic launcher (:func:`launch`), so the
-test sees what ``mwb ... --nproc 2`` sees: which rank failed, the error's kind (its exit status), the
+The rank function is tiny and test-only; it goes through :func:`run_job` and the real elastic launcher, so
+the test sees what ``mwb ... --nproc 2`` sees: which rank failed, the error's kind (its exit status), the
 rank's own traceback, and that the healthy rank is stopped instead of left running.
 """
 import os
@@ -9,24 +10,31 @@ import time
 
 import pytest
 
-from mwb.core.config import ConfigError
+from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.errors import CheckpointError, DataError, RankError, error_kind
 from mwb.core.parallel.dims import LayoutError
-from mwb.core.training.launch import launch
+from mwb.core.training.job import run_job
 
 
-def fail_on_rank_one() -> None:
+def fail_on_rank_one(what: str) -> None:
     """Rank 1 raises a DataError; rank 0 would sleep for ten minutes unless the launcher stops it."""
     if int(os.environ["RANK"]) == 1:
-        raise DataError("shard 7 is corrupt")
+        raise DataError(f"{what} is corrupt")
     time.sleep(600)
 
 
 @pytest.mark.multiprocess
 def test_rank_error_names_the_rank_and_stops_the_other_rank():
+    prepared = []
+
+    def prepare(dims):
+        prepared.append(dims.world_size)
+        return ("shard 7",)
+
     t0 = time.time()
     with pytest.raises(RankError) as info:
-        launch(fail_on_rank_one, 2)
+        run_job(RunConfig(), 2, fail_on_rank_one, prepare)
+    assert prepared == [2]  # once, in the launching process
     e = info.value
     assert (e.rank, e.kind, e.message) == (1, "runtime", "shard 7 is corrupt")
     assert "fail_on_rank_one" in e.traceback and "DataError" in e.traceback  # the rank's own, for --debug
@@ -50,3 +58,15 @@ def test_a_rank_killed_without_a_record_is_still_named(tmp_path):
                                                               error_file=str(tmp_path / "none.json"))})
     e = rank_failure(str(tmp_path), failed)
     assert (e.rank, e.kind) == (1, "runtime") and "signal SIGKILL" in e.message
+
+
+def test_checks_before_launching(tmp_path):
+    """A layout that does not fit, or a resume checkpoint that is not there, fails before prepare runs."""
+    def prepare(dims):
+        raise AssertionError("prepare ran")
+
+    with pytest.raises(LayoutError):
+        run_job(update(RunConfig(), {"parallel": {"tp": 2}}), 3, fail_on_rank_one, prepare)  # tp 2 on 3 ranks
+    (tmp_path / "latest").write_text("step_5\n")
+    with pytest.raises(CheckpointError, match="names 'step_5'"):
+        run_job(RunConfig(), 1, fail_on_rank_one, prepare, resume=str(tmp_path))
