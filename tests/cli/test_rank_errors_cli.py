@@ -14,7 +14,7 @@ from tests.helpers.cli import run_cli
 
 TINY = ["--set", "model.num_layers=1", "--set", "model.hidden_size=32", "--set", "model.num_attention_heads=2",
         "--seq-length", "32", "--global-batch-size", "2", "--micro-batch-size", "1", "--eval-interval", "0",
-        "--eval-steps", "1", "--steps", "2"]
+        "--eval-steps", "1"]
 
 
 def mwb(*args, env=None):
@@ -33,7 +33,7 @@ def assert_one_line(proc, needle, code=1):
 def tp2_run(tmp_path_factory):
     """A two-step GPT run written by --nproc 2 --tp 2 (one shard per rank)."""
     out = str(tmp_path_factory.mktemp("tp2") / "run")
-    proc = mwb("pretrain", "gpt", "--data", "synthetic", "--nproc", "2", "--tp", "2", "--out", out, *TINY)
+    proc = mwb("pretrain", "gpt", "--data", "synthetic", "--nproc", "2", "--tp", "2", "--out", out, "--steps", "2", *TINY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -49,7 +49,7 @@ def run_copy(tp2_run, tmp_path):
 def test_latest_naming_a_missing_step(run_copy):
     with open(os.path.join(run_copy, "checkpoints", "latest"), "w") as f:
         f.write("step_9\n")
-    proc = mwb("pretrain", "gpt", "--data", "synthetic", "--nproc", "2", "--resume", "--out", run_copy, *TINY)
+    proc = mwb("pretrain", "gpt", "--data", "synthetic", "--nproc", "2", "--resume", "--out", run_copy, "--steps", "2", *TINY)
     assert_one_line(proc, "names 'step_9', which does not exist")
 
 
@@ -57,7 +57,7 @@ def test_latest_naming_a_missing_step(run_copy):
 def test_tp2_resume_with_a_deleted_shard(run_copy):
     os.remove(os.path.join(run_copy, "checkpoints", "step_2", "shard_00001.safetensors"))
     proc = mwb("pretrain", "gpt", "--data", "synthetic", "--nproc", "2", "--tp", "2", "--resume", "--out",
-               run_copy, *TINY)
+               run_copy, "--steps", "2", *TINY)
     assert_one_line(proc, "is missing shard shard_00001.safetensors")
 
 
@@ -74,7 +74,7 @@ def test_corrupt_idx(tmp_path):
     with open(prefix + ".idx", "r+b") as f:
         f.write(b"NOTANIDX!")
     proc = mwb("pretrain", "gpt", "--data", prefix, "--tokenizer", tokenizer_file(), "--nproc", "2",
-               "--out", str(tmp_path / "run"), *TINY, env={"MWB_CACHE": str(tmp_path / "cache")})
+               "--out", str(tmp_path / "run"), "--steps", "2", *TINY, env={"MWB_CACHE": str(tmp_path / "cache")})
     assert_one_line(proc, "not an MMIDIDX index file (bad magic)")
 
 
@@ -91,3 +91,23 @@ def test_rank_error_printing(monkeypatch, capsys, tmp_path, kind, code, tracebac
     got, _, err = run_cli(["--debug", "pretrain", "gpt", "--data", "synthetic", "--out", str(tmp_path)], capsys)
     assert got == code and "rank frames" in err
     assert "MWB_DEBUG" not in os.environ  # --debug does not leak out of an in-process call
+
+
+@pytest.mark.multiprocess
+def test_sigterm_under_nproc_2_saves_and_exits_0(tmp_path):
+    """SIGTERM to the launching process reaches the ranks, which save and stop as one process does: exit 0
+    and no launcher traceback."""
+    import signal
+    import time
+
+    out = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "mwb", "pretrain", "gpt", "--data", "synthetic", "--nproc", "2",
+                             "--out", out, "--steps", "100000", "--save-interval", "100000", *TINY],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = os.path.join(out, "metrics.jsonl"), time.time() + 120
+    while time.time() < deadline and not (os.path.exists(metrics) and len(open(metrics).readlines()) >= 3):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "stopped by signal" in err and "Traceback" not in err, err[-3000:]
+    assert os.path.isfile(os.path.join(out, "checkpoints", "latest"))

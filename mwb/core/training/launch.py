@@ -25,7 +25,7 @@ import torch.distributed as dist
 # at exit (see shared/ENVIRONMENT.md).
 import torch.distributed.nn.functional  # noqa: F401
 
-from ..errors import RankError, debug_enabled, error_kind
+from ..errors import MwbError, RankError, debug_enabled, error_kind
 
 
 def free_port() -> int:
@@ -70,6 +70,7 @@ def launch(fn: Callable, nproc: int, *args) -> None:
     (later ones are usually other ranks losing their peer), so the CLI can print one line. Without
     ``--debug``/``MWB_DEBUG=1`` the launcher's own log (tracebacks of its monitoring) is silenced.
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -86,6 +87,8 @@ def launch(fn: Callable, nproc: int, *args) -> None:
             elastic_launch(cfg, run_rank)(fn, errors, *args)
         except ChildFailedError as e:
             raise rank_failure(errors, e) from (e if not quiet else None)
+        except SignalException as e:  # SIGTERM/SIGINT here: the launcher passed it on to the ranks
+            stopped_by_signal(errors, nproc, e)
         finally:
             logging.disable(previous)
 
@@ -97,10 +100,12 @@ def run_rank(fn: Callable, errors: str, *args) -> None:
     ``os._exit`` after flushing, instead of unwinding through interpreter teardown, avoids exit-time aborts
     of gloo processes (see shared/ENVIRONMENT.md) and the launcher's extra tracebacks.
     """
+    rank = int(os.environ.get("RANK", 0))
     try:
         fn(*args)
+        with open(os.path.join(errors, f"rank_{rank}.done"), "w"):
+            pass
     except Exception as e:  # noqa: BLE001 - every failure is reported to the launching process
-        rank = int(os.environ.get("RANK", 0))
         record = {"rank": rank, "kind": error_kind(e), "time": time.time(),
                   "message": str(e) if error_kind(e) != "internal" else f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc()}
@@ -111,6 +116,18 @@ def run_rank(fn: Callable, errors: str, *args) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(2 if record["kind"] == "usage" else 1)
+
+
+def stopped_by_signal(errors: str, nproc: int, exc) -> None:
+    """Ranks stop on SIGTERM/SIGINT after saving a checkpoint, as one process does, and the launcher then
+    ends normally. An error a rank recorded, or a rank that did not finish, is reported instead."""
+    names = os.listdir(errors)
+    if any(n.endswith(".json") for n in names):
+        raise rank_failure(errors, None)
+    missing = [r for r in range(nproc) if f"rank_{r}.done" not in names]
+    if missing:
+        raise MwbError(f"stopped by signal {exc.sigval.name} before rank(s) {', '.join(map(str, missing))} "
+                       f"finished; resume from the last complete checkpoint with --resume")
 
 
 def rank_failure(errors: str, failed) -> RankError:
