@@ -69,6 +69,8 @@ def launch(fn: Callable, nproc: int, *args) -> None:
     other ranks and this function raises :class:`~mwb.core.errors.RankError` for the first error written
     (later ones are usually other ranks losing their peer), so the CLI can print one line. Without
     ``--debug``/``MWB_DEBUG=1`` the launcher's own log (tracebacks of its monitoring) is silenced.
+    SIGTERM/SIGINT reach the ranks, which save and stop as one process does; when every rank's main
+    function returned, that is a normal end (exit 0), as is a rank that finished and then died at exit.
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -86,11 +88,29 @@ def launch(fn: Callable, nproc: int, *args) -> None:
         try:
             elastic_launch(cfg, run_rank)(fn, errors, *args)
         except ChildFailedError as e:
-            raise rank_failure(errors, e) from (e if not quiet else None)
+            if not stopped_cleanly(errors, nproc):
+                raise rank_failure(errors, e) from (e if not quiet else None)
         except SignalException as e:  # SIGTERM/SIGINT here: the launcher passed it on to the ranks
-            stopped_by_signal(errors, nproc, e)
+            if not stopped_cleanly(errors, nproc):
+                if any(n.endswith(".json") for n in os.listdir(errors)):
+                    raise rank_failure(errors, None) from None
+                raise MwbError(f"stopped by signal {e.sigval.name} before every rank finished; continue from "
+                               f"the last complete checkpoint with --resume") from None
         finally:
             logging.disable(previous)
+
+
+_stop_signals: list = []  # signals this rank's trainer took as "save and stop" (see note_stop_signal)
+
+
+def note_stop_signal(signum: int) -> None:
+    """Record that this process took SIGTERM/SIGINT as "save and stop" (the trainer's handler calls this).
+
+    Under :func:`launch` such a signal came from, or together with, the launcher shutting down; it no
+    longer collects return values and would wait its shutdown timeout, then kill the rank, so
+    :func:`run_rank` exits as soon as the rank's main function has returned instead.
+    """
+    _stop_signals.append(signum)
 
 
 def run_rank(fn: Callable, errors: str, *args) -> None:
@@ -105,6 +125,10 @@ def run_rank(fn: Callable, errors: str, *args) -> None:
         fn(*args)
         with open(os.path.join(errors, f"rank_{rank}.done"), "w"):
             pass
+        if _stop_signals:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + _stop_signals[0])  # the launcher sees "done" files: a clean stop, not a failure
     except Exception as e:  # noqa: BLE001 - every failure is reported to the launching process
         record = {"rank": rank, "kind": error_kind(e), "time": time.time(),
                   "message": str(e) if error_kind(e) != "internal" else f"{type(e).__name__}: {e}",
@@ -118,16 +142,10 @@ def run_rank(fn: Callable, errors: str, *args) -> None:
         os._exit(2 if record["kind"] == "usage" else 1)
 
 
-def stopped_by_signal(errors: str, nproc: int, exc) -> None:
-    """Ranks stop on SIGTERM/SIGINT after saving a checkpoint, as one process does, and the launcher then
-    ends normally. An error a rank recorded, or a rank that did not finish, is reported instead."""
+def stopped_cleanly(errors: str, nproc: int) -> bool:
+    """Every rank's main function returned (ranks stopped by a signal exit early, after saving)."""
     names = os.listdir(errors)
-    if any(n.endswith(".json") for n in names):
-        raise rank_failure(errors, None)
-    missing = [r for r in range(nproc) if f"rank_{r}.done" not in names]
-    if missing:
-        raise MwbError(f"stopped by signal {exc.sigval.name} before rank(s) {', '.join(map(str, missing))} "
-                       f"finished; resume from the last complete checkpoint with --resume")
+    return all(f"rank_{r}.done" in names for r in range(nproc))
 
 
 def rank_failure(errors: str, failed) -> RankError:
