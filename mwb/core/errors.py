@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+import os
+
 from .config import ConfigError
 
 
@@ -26,3 +28,30 @@ class CheckpointError(MwbError):
 
 
 USAGE_ERRORS = (ConfigError, LayoutError)
+
+
+class RankError(MwbError):
+    """An error raised inside one rank of a ``--nproc N`` job, carried to the launching process.
+
+    ``kind`` is ``"usage"`` (exit status 2), ``"runtime"`` (exit 1) or ``"internal"`` (an unexpected
+    exception, i.e. a bug: its traceback is worth showing). ``traceback`` is the rank's own, not the
+    launcher's, so ``--debug`` shows where the rank failed.
+    """
+
+    def __init__(self, rank: int, kind: str, message: str, traceback: str = "") -> None:
+        super().__init__(f"rank {rank}: {message}")
+        self.rank, self.kind, self.message, self.traceback = rank, kind, message, traceback
+
+
+def error_kind(e: BaseException) -> str:
+    """How the CLI reports ``e``: "usage" (exit 2), "runtime" (exit 1, one line) or "internal" (a bug)."""
+    if isinstance(e, USAGE_ERRORS):
+        return "usage"
+    if isinstance(e, (MwbError, FileNotFoundError)):
+        return "runtime"
+    return "internal"
+
+
+def debug_enabled() -> bool:
+    """``MWB_DEBUG=1`` (set by ``mwb --debug`` too, so spawned ranks see it): show tracebacks."""
+    return os.environ.get("MWB_DEBUG", "").strip() not in ("", "0", "false", "no")

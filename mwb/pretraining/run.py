@@ -27,6 +27,7 @@ class DataPlan:
 
 
 def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
+    """Resolve data and tokenizer once, in the launching process, and check the data files open."""
     arch, data = cfg.model.arch, cfg.data.data
     if data and len(data) == 1 and str(data[0]) == SYNTHETIC:
         return DataPlan([SYNTHETIC], None, cfg.model.vocab_size or 512)
@@ -44,6 +45,9 @@ def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
     vocab = cfg.model.vocab_size or tok.vocab_size
     if vocab < tok.vocab_size:
         raise ConfigError(f"model.vocab_size {vocab} is smaller than the tokenizer's {tok.vocab_size}")
+    from mwb.core.data import IndexedDataset, parse_data
+    for prefix in parse_data(data)[0]:
+        IndexedDataset(prefix)  # .bin/.idx present and the index well-formed: fail here, not on every rank
     return DataPlan([str(d) for d in data], tok_path, vocab)
 
 
@@ -149,15 +153,11 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
 
 def pretrain(cfg: RunConfig, out: str, nproc: Optional[int], resume: bool) -> None:
     """Prepare data once, then run :func:`rank_main` on this process, under torchrun, or on N spawned ranks."""
-    from mwb.core.training.launch import launch, under_launcher
-    from mwb.core.training.trainer import parallel_dims
+    from mwb.core.training.job import first_process, run_job
 
-    world = int(os.environ["WORLD_SIZE"]) if under_launcher() else (nproc or 1)
-    parallel_dims(cfg, world)  # fail on a bad layout before preparing data or starting ranks
-    is_rank0 = not under_launcher() or int(os.environ.get("RANK", 0)) == 0
-    plan = prepare_data(cfg, log=print if is_rank0 else (lambda *a, **k: None))
-    tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
-    if under_launcher() or world == 1:
-        rank_main(tree, plan, out, resume)
-    else:
-        launch(rank_main, world, tree, plan, out, resume)
+    def prepare(dims):
+        plan = prepare_data(cfg, log=print if first_process() else (lambda *a, **k: None))
+        tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
+        return tree, plan, out, resume
+
+    run_job(cfg, nproc, rank_main, prepare, resume=os.path.join(out, "checkpoints") if resume else None)

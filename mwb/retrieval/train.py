@@ -227,16 +227,13 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
 
 def train_retriever(cfg: RunConfig, plan: RetrieverPlan, out: str, nproc: Optional[int], resume: bool) -> None:
     """Run :func:`rank_main` on this process, under torchrun, or on ``nproc`` spawned ranks."""
-    from mwb.core.training.launch import launch, under_launcher
-    from mwb.core.training.trainer import parallel_dims
+    from mwb.core.training.job import run_job
 
-    world = int(os.environ["WORLD_SIZE"]) if under_launcher() else (nproc or 1)
-    dims = parallel_dims(cfg, world)
-    if dims.pp > 1:
-        from mwb.core.parallel.dims import LayoutError
-        raise LayoutError("bi-encoder training does not support pipeline parallelism; use --pp 1")
-    tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
-    if under_launcher() or world == 1:
-        rank_main(tree, plan, out, resume)
-    else:
-        launch(rank_main, world, tree, plan, out, resume)
+    def prepare(dims):
+        if dims.pp > 1:
+            from mwb.core.parallel.dims import LayoutError
+            raise LayoutError("bi-encoder training does not support pipeline parallelism; use --pp 1")
+        tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
+        return tree, plan, out, resume
+
+    run_job(cfg, nproc, rank_main, prepare, resume=os.path.join(out, "checkpoints") if resume else None)

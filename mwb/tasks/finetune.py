@@ -11,6 +11,7 @@ process — by greedy generations of the best checkpoint through the evaluation 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -23,12 +24,14 @@ from mwb.core.compose import full_state
 from mwb.core.checkpoint.format import atomic_write_text
 from mwb.core.config import RunConfig, dump_yaml, update
 from mwb.core.tokenizers import load_tokenizer
-from mwb.core.training.launch import init_distributed, launch, under_launcher
+from mwb.core.training.job import first_process, run_job
+from mwb.core.training.launch import init_distributed
 from mwb.core.training.metrics_log import MetricsLogger
-from mwb.core.training.trainer import Trainer, parallel_dims
+from mwb.core.training.trainer import Trainer
 from mwb.evaluation.results import write_results
 
 from . import encoder, generative
+from .harness import evaluate_checkpoint
 from .registry import get_task
 
 LOWER_IS_BETTER = ("loss", "ppl")  # metric names ending so are minimised
@@ -153,22 +156,14 @@ def plan_steps(task, cfg: RunConfig, data: str, epochs: int) -> tuple[RunConfig,
 def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) -> dict:
     """Run :func:`rank_main` on each rank; for generative tasks, score the best checkpoint's generations.
     Returns the results that ``OUT/results.json`` holds."""
-    from .harness import evaluate_checkpoint
-
     task = get_task(task_name)(**job.get("task_opts", {}))
     cfg, steps_per_epoch = plan_steps(task, cfg, job["data"], job["epochs"])
-    world = int(os.environ["WORLD_SIZE"]) if under_launcher() else (nproc or 1)
-    parallel_dims(cfg, world)
     job = dict(job, steps_per_epoch=steps_per_epoch, task_opts=job.get("task_opts", {}))
-    tree = dataclasses.asdict(cfg)
-    if under_launcher() or world == 1:
-        rank_main(tree, job)
-    else:
-        launch(rank_main, world, tree, job)
+    run_job(cfg, nproc, rank_main, lambda dims: (dataclasses.asdict(cfg), job),
+            resume=os.path.join(job["out"], "checkpoints") if job.get("resume") else None)
     results_path = os.path.join(job["out"], "results.json")
-    if int(os.environ.get("RANK", 0)) != 0 or not os.path.isfile(results_path):
+    if not first_process() or not os.path.isfile(results_path):
         return {}
-    import json
     with open(results_path) as f:
         results = json.load(f)
     if task.objective == "generative":  # the task's own metrics on greedy generations of the best checkpoint

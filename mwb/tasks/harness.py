@@ -3,7 +3,7 @@
 The steps are the task's (``load_model`` → ``load`` → ``build`` → ``run`` → ``aggregate``, implemented by its
 objective or by the task itself); :func:`mwb.evaluation.evaluator.evaluate` shards the items over ranks and
 puts the results back in order, so the numbers do not depend on the number of ranks. A fine-tuning run
-directory means its best checkpoint (``checkpoints/best``), so ``mwb eval TASK --checkpoint RUN`` reproduces
+directory means its best checkpoint (``checkpoints/best``, through the one checkpoint resolver), so ``mwb eval TASK --checkpoint RUN`` reproduces
 the dev number the run reported.
 """
 from __future__ import annotations
@@ -20,20 +20,10 @@ from mwb.evaluation.results import write_results
 from .registry import get_task
 
 
-def best_checkpoint(path: str) -> str:
-    """A fine-tuning run directory means its best checkpoint (``checkpoints/best``), not the last one."""
-    marker = os.path.join(path, "checkpoints", "best")
-    if os.path.isfile(marker):
-        with open(marker) as f:
-            return os.path.join(path, "checkpoints", f.read().strip())
-    return path
-
-
 def evaluate_checkpoint(task, checkpoint: str, data: Optional[str] = None, tokenizer: Optional[str] = None,
                         limit: Optional[int] = None, device=None) -> dict:
     """``{"metrics", "num_examples", "seconds", ...}`` of ``task`` for ``checkpoint`` on this process (one
     data-parallel rank of the launched group, if any), plus the run config under ``"config"``."""
-    checkpoint = best_checkpoint(checkpoint)
     cfg, runner = task.load_model(checkpoint, tokenizer, device=device)
     if "seq_length" in task.options and task.opts.get("seq_length") is None and hasattr(runner, "max_length"):
         # default context: the length an mwb model was trained at; a Hugging Face model's full context
@@ -53,7 +43,7 @@ def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[st
     if rank == 0:
         data_path = task.data_path(data)
         report["path"] = write_results(
-            out, task.name, report["metrics"], checkpoint=os.path.abspath(best_checkpoint(checkpoint)),
+            out, task.name, report["metrics"], checkpoint=os.path.abspath(checkpoint),
             config=to_dict(report["config"]),
             extra={"data": os.path.abspath(data_path) if os.path.exists(data_path) else data_path,
                    "task_options": task.opts, "objective": task.objective,

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..config import RunConfig, update
 from ..errors import CheckpointError
-from .format import METADATA, latest_dir, tokenizer_path
+from .format import MARKERS, METADATA, marked_dir, tokenizer_path
 from .reader import Checkpoint
 from .writer import config_tree
 
@@ -23,18 +23,21 @@ CONSOLIDATED = "mwb-consolidated-v1"
 
 
 def resolve(path: str) -> str:
-    """The ``step_N`` directory that ``path`` (run dir, ``checkpoints`` dir or step dir) names."""
+    """The ``step_N`` directory that ``path`` names: a step dir, a ``checkpoints/latest`` or ``checkpoints/best``
+    marker file, or a run / ``checkpoints`` directory (its best checkpoint when it has one, i.e. a fine-tuning
+    run, else its latest)."""
     path = os.path.abspath(os.path.expanduser(str(path)))
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     if os.path.isfile(os.path.join(path, METADATA)):
         return path
-    if os.path.isfile(path) and os.path.basename(path) == "latest":  # OUT/checkpoints/latest names a step
-        return latest_dir(os.path.dirname(path))
+    if os.path.isfile(path) and os.path.basename(path) in MARKERS:  # OUT/checkpoints/{latest,best}
+        return marked_dir(os.path.dirname(path), os.path.basename(path))
     for root in (os.path.join(path, "checkpoints"), path):
-        d = latest_dir(root)
-        if d is not None:
-            return d
+        for marker in MARKERS:
+            d = marked_dir(root, marker)
+            if d is not None:
+                return d
     raise CheckpointError(f"{path} is not an mwb checkpoint (no {METADATA}, checkpoints/latest or latest) nor "
                           f"a Hugging Face model directory (no config.json)")
 

@@ -268,14 +268,34 @@ def tokenizer_path(directory: str, meta: dict) -> Optional[str]:
     return os.path.join(directory, rel) if rel else None
 
 
-def latest_dir(root: str) -> Optional[str]:
-    """The newest complete checkpoint directory under ``root`` (``OUT/checkpoints``), or None."""
-    path = os.path.join(root, "latest")
+MARKERS = ("best", "latest")  # files under OUT/checkpoints naming a step_N; a run means its best, else latest
+
+
+def marked_dir(root: str, marker: str) -> Optional[str]:
+    """The checkpoint directory that ``root/marker`` names (``OUT/checkpoints/latest`` or ``/best``), or None
+    when there is no such marker; a CheckpointError when it names a step that does not exist."""
+    path = os.path.join(root, marker)
     if not os.path.exists(path):
         return None
     with open(path) as f:
         name = f.read().strip()
     d = os.path.join(root, name)
-    if not os.path.isdir(d):
-        raise CheckpointError(f"{path} names '{name}', which does not exist under {root}")
+    if not name or not os.path.isdir(d):
+        raise CheckpointError(f"{path} names '{name}', which does not exist under {root}; write an existing "
+                              f"step_N into it")
+    return d
+
+
+def latest_dir(root: str) -> Optional[str]:
+    """The newest complete checkpoint directory under ``root`` (``OUT/checkpoints``), or None."""
+    return marked_dir(root, "latest")
+
+
+def resume_dir(root: str) -> Optional[str]:
+    """What ``--resume`` will load from ``root`` (``OUT/checkpoints``), checked completely (marker, metadata,
+    every shard present with its written size) so that the launching process can fail before any rank
+    starts; None when there is nothing to resume."""
+    d = latest_dir(root)
+    if d is not None:
+        read_metadata(d)
     return d

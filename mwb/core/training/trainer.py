@@ -24,6 +24,7 @@ from ..parallel.random import seed_everything
 from ..parallel.stages import rank_stages
 from ..parallel.state import build_state
 from .batches import get_microbatches
+from .launch import note_stop_signal
 from .schedules import get_schedule
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -192,6 +193,7 @@ class Trainer:
     def install_signal_handlers(self) -> None:
         def handler(signum, frame):
             self.stop_requested = True
+            note_stop_signal(signum)
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 signal.signal(sig, handler)
