@@ -59,9 +59,14 @@ class LanguageModel:
 
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor, cache: Optional[KVCache] = None,
-               position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """fp32 logits ``[b, s, vocab_size]`` for ``tokens [b, s]``; identical on every TP rank."""
-        out = self.model(tokens.to(self.device), position_ids=position_ids, cache=cache)
+               position_ids: Optional[torch.Tensor] = None,
+               attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """fp32 logits ``[b, s, vocab_size]`` for ``tokens [b, s]``; identical on every TP rank.
+        ``attention_mask [b, cached + s]`` (true = real token) is for left-padded batches."""
+        kw = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device)}
+        if position_ids is not None:
+            position_ids = position_ids.to(self.device)
+        out = self.model(tokens.to(self.device), position_ids=position_ids, cache=cache, **kw)
         if group_size(self.tp_group) > 1:
             out = gather_from_tp(out, self.tp_group)
         return out[..., : self.vocab_size].float()

@@ -51,7 +51,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class KVCache:
-    """Per-layer key/value tensors for incremental decoding: ``[b, kv_heads, s_so_far, d]``."""
+    """Per-layer key/value tensors for incremental decoding: ``[b, kv_heads, s_so_far, d]``.
+
+    A batch of left-padded sequences shares one cache (all rows have the same length, pads included; the
+    caller's key-padding mask hides the pads). :meth:`keep` drops finished rows so later steps compute
+    only the rows still being extended."""
 
     def __init__(self) -> None:
         self.k: dict[int, torch.Tensor] = {}
@@ -66,6 +70,25 @@ class KVCache:
             v = torch.cat([self.v[layer], v], dim=2)
         self.k[layer], self.v[layer] = k, v
         return k, v
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows ``rows`` (indices into the current batch), in that order."""
+        for layer in self.k:
+            self.k[layer] = self.k[layer].index_select(0, rows.to(self.k[layer].device))
+            self.v[layer] = self.v[layer].index_select(0, rows.to(self.v[layer].device))
+
+
+def padding_mask(key_mask: torch.Tensor, q_len: int) -> torch.Tensor:
+    """Boolean attention mask ``[b, 1, q_len, kv]`` from a key-padding mask ``[b, kv]`` (true = real token),
+    for queries that are the last ``q_len`` of the ``kv`` positions; causality is added by the attention.
+
+    Every position may also attend to itself: a pad query would otherwise have no visible key at all,
+    its softmax would be NaN, and that NaN would reach real rows of the next layer through ``0 · NaN`` in
+    the value product. Real queries never see a pad key, so their results are those of the unpadded row."""
+    kv = key_mask.size(1)
+    keys = torch.arange(kv, device=key_mask.device)
+    self_ = keys[None, :] == torch.arange(kv - q_len, kv, device=key_mask.device)[:, None]
+    return key_mask.bool()[:, None, None, :] | self_[None, None]
 
 
 class AttentionCore(nn.Module):
