@@ -221,13 +221,13 @@ def _decode_batch(lm, rows: list[_Row], params: SamplingParams, echo_logprobs: b
     positions = (torch.arange(width)[None, :] - pads[:, None]).clamp(min=0)
     cache = KVCache() if params.use_cache else None
 
-    def forward(new_tokens: torch.Tensor, new_positions: torch.Tensor) -> torch.Tensor:
+    def forward(new_tokens: torch.Tensor, new_positions: torch.Tensor, last_only: bool = True) -> torch.Tensor:
         if cache is None:  # full recomputation: the reference the cache is tested against
             new_tokens, new_positions = tokens, positions
         return lm.logits(new_tokens, cache=cache, position_ids=new_positions if padded else None,
-                         attention_mask=key_mask if padded else None)
+                         attention_mask=key_mask if padded else None, last_only=last_only)
 
-    logits = forward(tokens, positions)
+    logits = forward(tokens, positions, last_only=not echo_logprobs)
     if echo_logprobs:
         for i, r in enumerate(rows):
             _echo(r.out, logits[i, int(pads[i]):], params.top_logprobs)

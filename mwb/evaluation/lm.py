@@ -60,10 +60,13 @@ class LanguageModel:
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor, cache: Optional[KVCache] = None,
                position_ids: Optional[torch.Tensor] = None,
-               attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+               attention_mask: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
         """fp32 logits ``[b, s, vocab_size]`` for ``tokens [b, s]``; identical on every TP rank.
-        ``attention_mask [b, cached + s]`` (true = real token) is for left-padded batches."""
+        ``attention_mask [b, cached + s]`` (true = real token) is for left-padded batches; ``last_only``
+        gives the last position's logits only, ``[b, 1, vocab_size]``."""
         kw = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device)}
+        if last_only:
+            kw["logits_to_keep"] = 1
         if position_ids is not None:
             position_ids = position_ids.to(self.device)
         out = self.model(tokens.to(self.device), position_ids=position_ids, cache=cache, **kw)

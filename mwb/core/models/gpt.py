@@ -37,13 +37,14 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
     def forward(self, tokens: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 hidden: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
                 loss_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None,
-                attention_mask: Optional[torch.Tensor] = None):
+                attention_mask: Optional[torch.Tensor] = None, logits_to_keep: int = 0):
         """First stage: ``tokens [b, s]``; other stages: ``hidden [b, s, h]`` from the previous stage.
         Returns hidden states (not last stage), logits (last stage, no labels) or ``(loss_sum, count)``.
 
         ``attention_mask [b, past + s]`` (true/1 = real token) hides pad keys of left-padded batches; pass
         per-row ``position_ids [b, s]`` with it so a padded row computes what it computes alone. Without
-        it attention takes the plain causal path."""
+        it attention takes the plain causal path. ``logits_to_keep > 0`` returns the logits of the last
+        that many positions only (generation needs the last one; the head is the costliest matmul)."""
         seq = tokens.size(1) if tokens is not None else self.full_seq_len(hidden)
         if position_ids is None:
             start = cache.length() if cache is not None else 0
@@ -60,9 +61,9 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
             x = layer(x, mask=mask, rope=rope, cache=cache)
         if not self.post_process:
             return x
-        logits = self.head(self.final_norm(x))
         if labels is None:
-            return logits
+            return self.head(self.final_norm(x[:, -logits_to_keep:] if logits_to_keep else x))
+        logits = self.head(self.final_norm(x))
         return self.loss_fn(logits, labels, loss_mask)
 
 
