@@ -188,8 +188,9 @@ def _echo(out: Generation, logits: torch.Tensor, top_n: int) -> None:
 
 
 def _accept(row: _Row, tok: int, logp: torch.Tensor, lm, params: SamplingParams, stops: list[str],
-            last_step: bool) -> None:
-    """Append ``tok`` to ``row`` (or finish it on end of document / a stop string / the token budget)."""
+            last_step: bool, prefix: Optional[int] = None) -> None:
+    """Append ``tok`` to ``row`` (or finish it on end of document / a stop string / the token budget).
+    ``prefix``: the tokens before the completion in the sequence ``lm`` extends (default: the context)."""
     out = row.out
     if params.stop_at_eod and lm.eod is not None and tok == lm.eod:
         out.finish_reason, row.done, out.text = "stop", True, lm.decode(out.tokens)
@@ -205,7 +206,8 @@ def _accept(row: _Row, tok: int, logp: torch.Tensor, lm, params: SamplingParams,
             out.finish_reason, row.done = "stop", True
             return
     # no forward pass for a token that will not be sampled (or that has no position left)
-    row.done = last_step or len(row.context) + len(out.tokens) > lm.max_length
+    before = len(row.context) if prefix is None else prefix
+    row.done = last_step or before + len(out.tokens) > lm.max_length
     if row.done:
         out.text = lm.decode(out.tokens)
 

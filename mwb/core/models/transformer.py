@@ -55,11 +55,13 @@ class KVCache:
 
     A batch of left-padded sequences shares one cache (all rows have the same length, pads included; the
     caller's key-padding mask hides the pads). :meth:`keep` drops finished rows so later steps compute
-    only the rows still being extended."""
+    only the rows still being extended. ``cross`` holds each cross-attention layer's keys/values of the
+    encoder output, computed at the first decoder step and reused after (the encoder output is fixed)."""
 
     def __init__(self) -> None:
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
+        self.cross: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def length(self) -> int:
         return next(iter(self.k.values())).size(2) if self.k else 0
@@ -73,9 +75,11 @@ class KVCache:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows ``rows`` (indices into the current batch), in that order."""
-        for layer in self.k:
-            self.k[layer] = self.k[layer].index_select(0, rows.to(self.k[layer].device))
-            self.v[layer] = self.v[layer].index_select(0, rows.to(self.v[layer].device))
+        for store in (self.k, self.v):
+            for layer, t in store.items():
+                store[layer] = t.index_select(0, rows.to(t.device))
+        for layer, (k, v) in self.cross.items():
+            self.cross[layer] = (k.index_select(0, rows.to(k.device)), v.index_select(0, rows.to(v.device)))
 
 
 def padding_mask(key_mask: torch.Tensor, q_len: int) -> torch.Tensor:
@@ -143,7 +147,13 @@ class Attention(nn.Module):
                 cache: Optional[KVCache] = None) -> torch.Tensor:
         b, s, _ = x.shape
         src = x if kv_input is None else kv_input
-        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
+        q = self._heads(self.q_proj(x))
+        if self.cross and cache is not None and self.layer_id in cache.cross:
+            k, v = cache.cross[self.layer_id]
+        else:
+            k, v = self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
+            if self.cross and cache is not None:
+                cache.cross[self.layer_id] = (k, v)
         if rope is not None:
             q_cos, q_sin, k_cos, k_sin = rope
             q, k = apply_rope(q, q_cos, q_sin), apply_rope(k, k_cos, k_sin)
@@ -227,7 +237,7 @@ class TransformerBlock(nn.Module):
                 cross_mask=None) -> torch.Tensor:
         x = x + self.drop1(self.attn(self.ln1(x), mask=mask, rope=rope, cache=cache))
         if enc is not None:
-            x = x + self.drop_cross(self.cross_attn(self.ln_cross(x), kv_input=enc, mask=cross_mask))
+            x = x + self.drop_cross(self.cross_attn(self.ln_cross(x), kv_input=enc, mask=cross_mask, cache=cache))
         return x + self.drop2(self.mlp(self.ln2(x)))
 
 
