@@ -17,6 +17,22 @@ from mwb.core.models.transformer import KVCache
 from mwb.core.parallel.collectives import gather_from_tp, group_size
 
 
+def check_whole_model(model: nn.Module, state) -> None:
+    """Evaluation and generation need every layer, the embedding and the head on each rank, unsplit."""
+    if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
+        raise ValueError("evaluation needs the whole model on each rank (no pipeline stages)")
+    if state is not None and getattr(state, "sp", False):
+        raise ValueError("evaluation and generation run without sequence parallelism (build without --sp)")
+
+
+def full_vocab_logits(out: torch.Tensor, tp_group, vocab_size: int) -> torch.Tensor:
+    """fp32 logits over the real vocabulary from the head's output (vocab-sharded under TP: gathered, so
+    every TP rank holds the same tensor; the padded vocab columns dropped)."""
+    if group_size(tp_group) > 1:
+        out = gather_from_tp(out, tp_group)
+    return out[..., :vocab_size].float()
+
+
 class LanguageModel:
     """``model`` (a :class:`~mwb.core.models.gpt.GPTModel`, possibly TP-sharded) + ``tokenizer``.
 
@@ -26,10 +42,7 @@ class LanguageModel:
 
     def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
                  max_length: Optional[int] = None) -> None:
-        if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
-            raise ValueError("evaluation needs the whole model on each rank (no pipeline stages)")
-        if state is not None and getattr(state, "sp", False):
-            raise ValueError("evaluation and generation run without sequence parallelism (build without --sp)")
+        check_whole_model(model, state)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.state = state
@@ -70,9 +83,7 @@ class LanguageModel:
         if position_ids is not None:
             position_ids = position_ids.to(self.device)
         out = self.model(tokens.to(self.device), position_ids=position_ids, cache=cache, **kw)
-        if group_size(self.tp_group) > 1:
-            out = gather_from_tp(out, self.tp_group)
-        return out[..., : self.vocab_size].float()
+        return full_vocab_logits(out, self.tp_group, self.vocab_size)
 
     def log_probs(self, tokens: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         """Log-softmax over the real vocabulary, ``[b, s, vocab_size]``."""

@@ -19,9 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mwb.core.models.transformer import KVCache
-from mwb.core.parallel.collectives import gather_from_tp, group_size
-
 from .generation import Generation, SamplingParams, _accept, _Row, _shared_seed, row_generator, sample_tokens
+from .lm import check_whole_model, full_vocab_logits
 
 
 class Seq2SeqModel:
@@ -30,10 +29,7 @@ class Seq2SeqModel:
 
     def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
                  decoder_start: Optional[int] = None) -> None:
-        if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
-            raise ValueError("generation needs the whole model on each rank (no pipeline stages)")
-        if state is not None and getattr(state, "sp", False):
-            raise ValueError("generation runs without sequence parallelism (build without --sp)")
+        check_whole_model(model, state)
         self.model, self.tokenizer, self.state = model.eval(), tokenizer, state
         self.device = device or next(model.parameters()).device
         self.vocab_size = int(getattr(model, "vocab_size", None) or tokenizer.vocab_size)
@@ -64,9 +60,7 @@ class Seq2SeqModel:
     def logits(self, dec_tokens: torch.Tensor, enc: torch.Tensor, enc_mask: torch.Tensor,
                cache: KVCache) -> torch.Tensor:
         out = self.model.decoder_logits(dec_tokens.to(self.device), enc, enc_mask, cache=cache)[:, -1]
-        if group_size(self.tp_group) > 1:
-            out = gather_from_tp(out, self.tp_group)
-        return out[..., : self.vocab_size].float()
+        return full_vocab_logits(out, self.tp_group, self.vocab_size)
 
 
 @torch.no_grad()
