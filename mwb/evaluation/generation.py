@@ -18,6 +18,8 @@ Design choices, and why:
 * **Reported log-probabilities are the model's own** (log-softmax of the raw logits, temperature 1, before
   top-k/top-p), as the OpenAI completions API and lm-evaluation-harness expect; sampling settings change
   which token is chosen, never the number reported for it.
+* **Mixture-of-experts models** with a finite capacity factor drop tokens depending on what else is in
+  the batch (pads included), so only with enough capacity is their batched output the batch-1 output.
 * **Tensor parallelism**: :class:`~mwb.evaluation.lm.LanguageModel` gathers the vocab-sharded logits, so
   every TP rank holds bitwise the same logits; the seed is broadcast from TP rank 0, so every rank draws
   the same tokens from its own generators and no per-token broadcast is needed.
@@ -163,6 +165,7 @@ class _Row:
 
 
 def _prompt_row(lm, prompt: Union[str, Sequence[int]]) -> tuple[Generation, list[int]]:
+    """The empty output for ``prompt`` and the tokens generation conditions on (checked to fit)."""
     ids = lm.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
     text_prompt = prompt if isinstance(prompt, str) else lm.decode(ids)
     if not ids:

@@ -162,10 +162,11 @@ class Attention(nn.Module):
             past = cache.length() if self.layer_id in cache.k else 0
             k, v = cache.update(self.layer_id, k, v)
             if causal and past > 0:  # queries sit at positions past..past+s-1 of the keys
-                qpos = torch.arange(past, past + s, device=x.device)[:, None]
-                allowed = torch.arange(k.size(2), device=x.device)[None, :] <= qpos
-                mask = allowed if mask is None else (mask & allowed if mask.dtype == torch.bool
-                                                     else mask.masked_fill(~allowed, float("-inf")))
+                if s > 1:  # (one query, the last position, may see every key: no causal mask needed)
+                    qpos = torch.arange(past, past + s, device=x.device)[:, None]
+                    allowed = torch.arange(k.size(2), device=x.device)[None, :] <= qpos
+                    mask = allowed if mask is None else (mask & allowed if mask.dtype == torch.bool
+                                                         else mask.masked_fill(~allowed, float("-inf")))
                 causal = False
         if causal and mask is not None:  # combine an explicit mask with causality
             allowed = torch.ones(s, k.size(2), dtype=torch.bool, device=x.device).tril(k.size(2) - s)
