@@ -1,6 +1,6 @@
 """Batched generation: left-padded batches give batch-1 results token for token (learned and rotary
-positions, one process and TP = 2), each row stops on its own, seeded sampling is reproducible and does not
-depend on the batch, and the top-k / top-p filters act per row."""
+positions, one process and TP = 2, and T5's seq2seq path under TP = 2), each row stops on its own, seeded
+sampling is reproducible and does not depend on the batch, and the top-k / top-p filters act per row."""
 import json
 
 import pytest
@@ -8,9 +8,12 @@ import torch
 
 from mwb.evaluation.generation import SamplingParams, filter_logits, generate
 from mwb.evaluation.lm import LanguageModel
+from mwb.evaluation.seq2seq import generate_seq2seq
 from tests.helpers.distributed import run_ranks
 
 from .eval_helpers import LAMBADA, tiny_gpt
+from .test_eval_seq2seq import IdTokenizer, t5
+from .test_eval_seq2seq import sources as t5_sources
 
 ROPE = dict(position_embedding="rope", normalization="rmsnorm", activation="swiglu", init_std=0.2)
 
@@ -123,6 +126,7 @@ def tp_worker(rank: int, world: int, tokenizer_path: str) -> dict:
                       ("rope", rope_lm(tok, state))):
         out[which] = [g.tokens for g in generate(lm, prompts, params, batch_size=16)]
         out[which + "_sampled"] = [g.tokens for g in generate(lm, prompts[:4], sampled, batch_size=16)]
+    out["t5"] = [g.tokens for g in generate_seq2seq(t5(state=state), IdTokenizer(), t5_sources(), params, state=state)]
     return out
 
 
@@ -139,3 +143,5 @@ def test_tensor_parallel_batched_generation_equals_one_process(eval_tokenizer, e
         for r in ranks:
             assert r[which] == want
             assert r[which + "_sampled"] == want_sampled
+    want = [g.tokens for g in generate_seq2seq(t5(), IdTokenizer(), t5_sources(), params, batch_size=1)]
+    assert ranks[0]["t5"] == want and ranks[1]["t5"] == want

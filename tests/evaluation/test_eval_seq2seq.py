@@ -43,10 +43,10 @@ def reference(model, start: int, end: int, source: list[int], max_tokens: int) -
     return dec[1:]
 
 
-def t5(position: str = "relative"):
+def t5(position: str = "relative", state=None):
     """Large enough init that greedy decoding does not repeat one token (so positions matter)."""
     cfg = replace(CFG, position_embedding=position, init_std=0.3, max_position_embeddings=64)
-    return build_model(cfg, single_process_state(), V, seed=3).eval()
+    return build_model(cfg, state or single_process_state(), V, seed=3).eval()
 
 
 @pytest.mark.parametrize("position", ["relative", "learned"])
