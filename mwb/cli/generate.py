@@ -17,17 +17,22 @@ import click
 @click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0, show_default=True)
 @click.option("--stop", "stops", multiple=True, help="Stop string (repeatable); not included in the output.")
 @click.option("--seed", type=int, default=None, help="Same seed and prompts ⇒ same completions.")
+@click.option("--n", "n", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Completions per prompt (each its own seeded random stream).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Sequences decoded together (left-padded, with the KV cache); does not change the output.")
 @click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per prompt (text, tokens, logprobs).")
-def generate(checkpoint, prompts, max_tokens, temperature, top_k, top_p, stops, seed, tokenizer, as_json):
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per completion (text, tokens, logprobs).")
+def generate(checkpoint, prompts, max_tokens, temperature, top_k, top_p, stops, seed, n, batch_size, tokenizer,
+             as_json):
     from mwb.evaluation.generation import SamplingParams, generate as run
     from mwb.evaluation.loading import load_language_model, resolve_checkpoint
 
     checkpoint = resolve_checkpoint(checkpoint, say=lambda m: click.echo(m, err=True))
     _, lm = load_language_model(checkpoint, tokenizer)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                            stop=tuple(stops), seed=seed)
-    for g in run(lm, list(prompts), params):
+                            stop=tuple(stops), seed=seed, n=n)
+    for g in run(lm, list(prompts), params, batch_size=batch_size):
         if as_json:
             click.echo(json.dumps({"prompt": g.prompt, "text": g.text, "tokens": g.tokens,
                                    "logprobs": g.logprobs, "finish_reason": g.finish_reason}))

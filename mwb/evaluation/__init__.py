@@ -17,6 +17,7 @@ _EXPORTS = {
     "evaluate": "evaluator",
     "LanguageModel": "lm",
     "generate": "generation", "SamplingParams": "generation", "Generation": "generation",
+    "generate_seq2seq": "seq2seq", "Seq2SeqModel": "seq2seq",
     "write_results": "results",
 }
 

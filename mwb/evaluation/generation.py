@@ -1,17 +1,28 @@
-"""Text generation from a causal LM: greedy, temperature, top-k and top-p (nucleus) sampling, with the KV
-cache, stop strings, token budgets, seeds, and per-token log-probabilities.
+"""Text generation from a causal LM: greedy, temperature, top-k and top-p (nucleus) sampling over left-padded
+batches with a KV cache, stop strings, token budgets, seeds, ``n`` samples per prompt and per-token
+log-probabilities. :func:`generate` is the one entry point (``mwb generate``, ``mwb serve`` and every
+generation task use it).
 
 Design choices, and why:
-* **One prompt at a time** (a loop over a batch of prompts) rather than left-padding: the GPT model takes
-  no key-padding mask, and left-padding would shift positions and let pad tokens be attended to. The
-  loop is exact — a prompt's output does not depend on what else is in the batch — which is what
-  reproducible sampling and the cache-vs-no-cache test need. Throughput is not the goal here.
+* **Left-padded batches.** Prompts are sorted by length and cut into batches of ``batch_size``; shorter
+  prompts are padded on the left so every row's next token sits in the last column. A key-padding mask
+  hides the pads and each row gets its own position ids (from 0 at its first real token), so a padded row
+  computes what it computes alone, with rotary and learned positions alike. Without padding (all prompts
+  of one length) the model takes its plain causal attention path.
+* **Each row stops on its own** (end of document, a stop string, ``max_tokens``, or the model's context);
+  finished rows are dropped from the batch and from the KV cache, and the batch ends when no row is left.
+* **Per-row random streams.** Row ``r`` (prompt ``i``, sample ``j`` of ``n``: ``r = i·n + j``) samples with
+  its own generator seeded from ``(seed, r)``. A completion therefore depends only on the seed, its prompt
+  and its row number — not on ``batch_size`` nor on which other prompts share its batch — so batch 16 and
+  batch 1 draw the same tokens, and the ``n`` samples of one prompt are independent streams.
 * **Reported log-probabilities are the model's own** (log-softmax of the raw logits, temperature 1, before
   top-k/top-p), as the OpenAI completions API and lm-evaluation-harness expect; sampling settings change
   which token is chosen, never the number reported for it.
+* **Mixture-of-experts models** with a finite capacity factor drop tokens depending on what else is in
+  the batch (pads included), so only with enough capacity is their batched output the batch-1 output.
 * **Tensor parallelism**: :class:`~mwb.evaluation.lm.LanguageModel` gathers the vocab-sharded logits, so
   every TP rank holds bitwise the same logits; the seed is broadcast from TP rank 0, so every rank draws
-  the same token from its own generator and no per-token broadcast is needed.
+  the same tokens from its own generators and no per-token broadcast is needed.
 """
 from __future__ import annotations
 
@@ -31,7 +42,8 @@ from mwb.core.parallel.collectives import group_size
 class SamplingParams:
     """``temperature == 0`` (or ``top_k == 1``) is greedy; ``top_k == 0`` and ``top_p == 1`` disable those
     filters. ``stop`` strings end a completion (not included in the text); so does the end-of-document
-    token when ``stop_at_eod``. ``top_logprobs`` > 0 also returns the N most likely tokens per position."""
+    token when ``stop_at_eod``. ``top_logprobs`` > 0 also returns the N most likely tokens per position.
+    ``n`` completions are drawn per prompt (independent random streams; identical when greedy)."""
     max_tokens: int = 64
     temperature: float = 1.0
     top_k: int = 0
@@ -41,6 +53,7 @@ class SamplingParams:
     stop_at_eod: bool = True
     top_logprobs: int = 0
     use_cache: bool = True
+    n: int = 1
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:
@@ -51,6 +64,8 @@ class SamplingParams:
             raise ValueError("top_k must be >= 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top_p must be in (0, 1]")
+        if self.n < 1:
+            raise ValueError("n must be >= 1")
 
     @property
     def greedy(self) -> bool:
@@ -74,29 +89,28 @@ class Generation:
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """``logits [vocab]`` with everything outside the top-k and outside the smallest set whose probability
-    reaches ``top_p`` (nucleus; the most likely token always stays) set to ``-inf``."""
-    logits = logits.clone()
-    if top_k > 0 and top_k < logits.numel():
-        kth = torch.topk(logits, top_k).values[-1]
-        logits[logits < kth] = float("-inf")
+    """``logits [..., vocab]`` with everything outside the top-k and outside the smallest set whose
+    probability reaches ``top_p`` (nucleus; the most likely token always stays) set to ``-inf``, per row."""
+    if top_k > 0 and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = F.softmax(sorted_logits, dim=-1)
         before = torch.cumsum(probs, dim=-1) - probs  # mass of the strictly more likely tokens
         drop = before >= top_p
-        drop[0] = False
-        logits[order[drop]] = float("-inf")
+        drop[..., 0] = False
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
     return logits
 
 
-def sample_token(logits: torch.Tensor, params: SamplingParams, generator: Optional[torch.Generator]) -> int:
-    """Choose the next token from ``logits [vocab]`` (fp32) under ``params``."""
+def sample_tokens(logits: torch.Tensor, params: SamplingParams,
+                  generators: Sequence[Optional[torch.Generator]]) -> list[int]:
+    """The next token of each row of ``logits [b, vocab]`` (fp32), row ``i`` drawing from ``generators[i]``."""
     if params.greedy:
-        return int(torch.argmax(logits))
-    scaled = filter_logits(logits / params.temperature, params.top_k, params.top_p)
-    probs = F.softmax(scaled, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+        return torch.argmax(logits, dim=-1).tolist()
+    probs = F.softmax(filter_logits(logits / params.temperature, params.top_k, params.top_p), dim=-1)
+    return [int(torch.multinomial(probs[i], 1, generator=g)) for i, g in enumerate(generators)]
 
 
 def _shared_seed(lm, seed: Optional[int]) -> int:
@@ -111,6 +125,14 @@ def _shared_seed(lm, seed: Optional[int]) -> int:
     return seed
 
 
+def row_generator(seed: int, row: int, device) -> torch.Generator:
+    """Row ``row``'s own random stream: seeded from ``(seed, row)`` through SHA-512 (``random.Random`` with a
+    string seed), so it is the same in every process and independent of the other rows."""
+    g = torch.Generator(device=device)
+    g.manual_seed(random.Random(f"{seed}/{row}").getrandbits(63))
+    return g
+
+
 def _top(logp: torch.Tensor, n: int) -> dict[int, float]:
     vals, idx = torch.topk(logp, min(n, logp.numel()))
     return {int(i): float(v) for i, v in zip(idx.tolist(), vals.tolist())}
@@ -119,63 +141,6 @@ def _top(logp: torch.Tensor, n: int) -> dict[int, float]:
 def _cut_at_stop(text: str, stops: Sequence[str]) -> Optional[int]:
     hits = [text.find(s) for s in stops if s and s in text]
     return min(hits) if hits else None
-
-
-@torch.no_grad()
-def generate_one(lm, prompt: Union[str, Sequence[int]], params: SamplingParams,
-                 generator: Optional[torch.Generator] = None, echo_logprobs: bool = False) -> Generation:
-    """Complete one prompt (text or token ids). ``echo_logprobs`` also scores the prompt's own tokens."""
-    ids = lm.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-    text_prompt = prompt if isinstance(prompt, str) else lm.decode(ids)
-    if not ids:
-        if lm.eod is None:
-            raise ValueError("an empty prompt needs a tokenizer with an end-of-document token")
-        context = [lm.eod]  # condition on "start of document"; not part of the prompt
-    else:
-        context = list(ids)
-    if len(context) > lm.max_length:
-        raise ValueError(f"the prompt has {len(context)} tokens but the model takes at most {lm.max_length}")
-    out = Generation(prompt=text_prompt, prompt_tokens=list(ids))
-    if params.max_tokens == 0 and not echo_logprobs:
-        return out
-    cache = KVCache() if params.use_cache else None
-    logits = lm.logits(torch.tensor([context], dtype=torch.long), cache=cache)[0]
-    if echo_logprobs:
-        logp = F.log_softmax(logits[: len(ids) - 1], dim=-1) if ids else logits[:0]
-        tgt = torch.tensor(ids[1:], dtype=torch.long, device=logits.device)
-        scored = logp.gather(-1, tgt[:, None])[:, 0].tolist() if len(ids) > 1 else []
-        out.prompt_logprobs = ([None] if ids else []) + [float(v) for v in scored]
-        if params.top_logprobs:
-            out.prompt_top_logprobs = ([None] if ids else []) + [_top(row, params.top_logprobs) for row in logp]
-    last = logits[-1]
-    seq = list(context)
-    stops = [s for s in params.stop if s]
-    for step in range(params.max_tokens):
-        tok = sample_token(last, params, generator)
-        logp = F.log_softmax(last, dim=-1)
-        if params.stop_at_eod and lm.eod is not None and tok == lm.eod:
-            out.finish_reason = "stop"
-            break
-        out.tokens.append(tok)
-        out.logprobs.append(float(logp[tok]))
-        if params.top_logprobs:
-            out.top_logprobs.append(_top(logp, params.top_logprobs))
-        seq.append(tok)
-        if stops:
-            text = lm.decode(out.tokens)
-            cut = _cut_at_stop(text, stops)
-            if cut is not None:
-                _trim_to(out, lm, cut)
-                out.finish_reason = "stop"
-                return out
-        if step + 1 == params.max_tokens or len(seq) > lm.max_length:
-            break  # no forward pass for a token that will not be sampled (or no position left for it)
-        if cache is not None:
-            last = lm.logits(torch.tensor([[tok]], dtype=torch.long), cache=cache)[0, -1]
-        else:  # full recomputation: the reference the cache is tested against
-            last = lm.logits(torch.tensor([seq], dtype=torch.long))[0, -1]
-    out.text = lm.decode(out.tokens)
-    return out
 
 
 def _trim_to(out: Generation, lm, cut: int) -> None:
@@ -190,15 +155,136 @@ def _trim_to(out: Generation, lm, cut: int) -> None:
     out.text = full[:cut]
 
 
+@dataclass
+class _Row:
+    """One sequence being extended: its output, the tokens it conditions on, and its random stream."""
+    out: Generation
+    context: list[int]
+    generator: Optional[torch.Generator]
+    done: bool = False
+
+
+def _prompt_row(lm, prompt: Union[str, Sequence[int]]) -> tuple[Generation, list[int]]:
+    """The empty output for ``prompt`` and the tokens generation conditions on (checked to fit)."""
+    ids = lm.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+    text_prompt = prompt if isinstance(prompt, str) else lm.decode(ids)
+    if not ids:
+        if lm.eod is None:
+            raise ValueError("an empty prompt needs a tokenizer with an end-of-document token")
+        context = [lm.eod]  # condition on "start of document"; not part of the prompt
+    else:
+        context = list(ids)
+    if len(context) > lm.max_length:
+        raise ValueError(f"the prompt has {len(context)} tokens but the model takes at most {lm.max_length}")
+    return Generation(prompt=text_prompt, prompt_tokens=list(ids)), context
+
+
+def _echo(out: Generation, logits: torch.Tensor, top_n: int) -> None:
+    """Score the prompt's own tokens from the prompt's logits ``[len(context), vocab]``."""
+    ids = out.prompt_tokens
+    logp = F.log_softmax(logits[: max(len(ids) - 1, 0)], dim=-1)
+    tgt = torch.tensor(ids[1:], dtype=torch.long, device=logits.device)
+    scored = logp.gather(-1, tgt[:, None])[:, 0].tolist() if len(ids) > 1 else []
+    out.prompt_logprobs = ([None] if ids else []) + [float(v) for v in scored]
+    if top_n:
+        out.prompt_top_logprobs = ([None] if ids else []) + [_top(row, top_n) for row in logp]
+
+
+def _accept(row: _Row, tok: int, logp: torch.Tensor, lm, params: SamplingParams, stops: list[str],
+            last_step: bool, prefix: Optional[int] = None) -> None:
+    """Append ``tok`` to ``row`` (or finish it on end of document / a stop string / the token budget).
+    ``prefix``: the tokens before the completion in the sequence ``lm`` extends (default: the context)."""
+    out = row.out
+    if params.stop_at_eod and lm.eod is not None and tok == lm.eod:
+        out.finish_reason, row.done, out.text = "stop", True, lm.decode(out.tokens)
+        return
+    out.tokens.append(tok)
+    out.logprobs.append(float(logp[tok]))
+    if params.top_logprobs:
+        out.top_logprobs.append(_top(logp, params.top_logprobs))
+    if stops:
+        cut = _cut_at_stop(lm.decode(out.tokens), stops)
+        if cut is not None:
+            _trim_to(out, lm, cut)
+            out.finish_reason, row.done = "stop", True
+            return
+    # no forward pass for a token that will not be sampled (or that has no position left)
+    before = len(row.context) if prefix is None else prefix
+    row.done = last_step or before + len(out.tokens) > lm.max_length
+    if row.done:
+        out.text = lm.decode(out.tokens)
+
+
+@torch.no_grad()
+def _decode_batch(lm, rows: list[_Row], params: SamplingParams, echo_logprobs: bool) -> None:
+    """Extend every row of one left-padded batch until each is done (fills ``row.out`` in place)."""
+    width = max(len(r.context) for r in rows)
+    pads = torch.tensor([width - len(r.context) for r in rows])
+    tokens = torch.tensor([[0] * (width - len(r.context)) + r.context for r in rows], dtype=torch.long)
+    padded = bool(pads.any())
+    key_mask = torch.arange(width)[None, :] >= pads[:, None]  # [b, width]: true at real tokens
+    positions = (torch.arange(width)[None, :] - pads[:, None]).clamp(min=0)
+    cache = KVCache() if params.use_cache else None
+
+    def forward(new_tokens: torch.Tensor, new_positions: torch.Tensor, last_only: bool = True) -> torch.Tensor:
+        if cache is None:  # full recomputation: the reference the cache is tested against
+            new_tokens, new_positions = tokens, positions
+        return lm.logits(new_tokens, cache=cache, position_ids=new_positions if padded else None,
+                         attention_mask=key_mask if padded else None, last_only=last_only)
+
+    logits = forward(tokens, positions, last_only=not echo_logprobs)
+    if echo_logprobs:
+        for i, r in enumerate(rows):
+            _echo(r.out, logits[i, int(pads[i]):], params.top_logprobs)
+    last = logits[:, -1]
+    stops = [s for s in params.stop if s]
+    active = list(rows)
+    for step in range(params.max_tokens):
+        picked = sample_tokens(last, params, [r.generator for r in active])
+        logp = F.log_softmax(last, dim=-1)
+        for k, r in enumerate(active):
+            _accept(r, picked[k], logp[k], lm, params, stops, step + 1 == params.max_tokens)
+        keep = [k for k, r in enumerate(active) if not r.done]
+        if not keep:
+            break
+        if len(keep) < len(active):  # finished rows leave the batch (and the cache)
+            idx = torch.tensor(keep)
+            tokens, key_mask, positions = tokens[idx], key_mask[idx], positions[idx]
+            if cache is not None:
+                cache.keep(idx)
+            active = [active[k] for k in keep]
+        new = torch.tensor([[r.out.tokens[-1]] for r in active], dtype=torch.long)
+        new_pos = positions[:, -1:] + 1
+        tokens = torch.cat([tokens, new], dim=1)
+        positions = torch.cat([positions, new_pos], dim=1)
+        key_mask = torch.cat([key_mask, torch.ones_like(new, dtype=torch.bool)], dim=1)
+        last = forward(new, new_pos)[:, -1]
+
+
 def generate(lm, prompts: Union[str, Sequence[Union[str, Sequence[int]]]],
-             params: Optional[SamplingParams] = None, echo_logprobs: bool = False) -> list[Generation]:
-    """Complete each prompt in turn (see the module docstring); one seeded generator serves the whole
-    batch, so the same seed and prompts give the same completions on every run and every TP rank."""
+             params: Optional[SamplingParams] = None, batch_size: int = 16,
+             echo_logprobs: bool = False) -> list[Generation]:
+    """Complete each prompt (text or token ids) ``params.n`` times, ``batch_size`` rows at a time.
+
+    Returns ``len(prompts) · n`` generations, prompt-major (prompt ``i``'s samples are ``i·n … i·n+n-1``).
+    The same seed and prompts give the same completions on every run, every TP rank and every
+    ``batch_size`` (see the module docstring). ``echo_logprobs`` also scores the prompts' own tokens."""
     params = params or SamplingParams()
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
     if isinstance(prompts, str):
         prompts = [prompts]
-    generator = None
-    if not params.greedy:
-        generator = torch.Generator(device=lm.device)
-        generator.manual_seed(_shared_seed(lm, params.seed))
-    return [generate_one(lm, p, params, generator, echo_logprobs) for p in prompts]
+    seed = None if params.greedy else _shared_seed(lm, params.seed)
+    rows: list[_Row] = []
+    for prompt in prompts:
+        out, context = _prompt_row(lm, prompt)
+        for j in range(params.n):
+            gen = None if seed is None else row_generator(seed, len(rows), lm.device)
+            copy = out if j == 0 else Generation(prompt=out.prompt, prompt_tokens=list(out.prompt_tokens))
+            rows.append(_Row(copy, context, gen))
+    if params.max_tokens == 0 and not echo_logprobs:
+        return [r.out for r in rows]
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i].context))  # similar lengths share a batch
+    for start in range(0, len(order), batch_size):
+        _decode_batch(lm, [rows[i] for i in order[start:start + batch_size]], params, echo_logprobs)
+    return [r.out for r in rows]

@@ -16,6 +16,24 @@ from torch import nn
 from mwb.core.models.transformer import KVCache
 from mwb.core.parallel.collectives import gather_from_tp, group_size
 
+from .windows import rolling_windows  # one windowing rule for the server and WikiText
+
+
+def check_whole_model(model: nn.Module, state) -> None:
+    """Evaluation and generation need every layer, the embedding and the head on each rank, unsplit."""
+    if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
+        raise ValueError("evaluation needs the whole model on each rank (no pipeline stages)")
+    if state is not None and getattr(state, "sp", False):
+        raise ValueError("evaluation and generation run without sequence parallelism (build without --sp)")
+
+
+def full_vocab_logits(out: torch.Tensor, tp_group, vocab_size: int) -> torch.Tensor:
+    """fp32 logits over the real vocabulary from the head's output (vocab-sharded under TP: gathered, so
+    every TP rank holds the same tensor; the padded vocab columns dropped)."""
+    if group_size(tp_group) > 1:
+        out = gather_from_tp(out, tp_group)
+    return out[..., :vocab_size].float()
+
 
 class LanguageModel:
     """``model`` (a :class:`~mwb.core.models.gpt.GPTModel`, possibly TP-sharded) + ``tokenizer``.
@@ -26,10 +44,7 @@ class LanguageModel:
 
     def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
                  max_length: Optional[int] = None) -> None:
-        if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
-            raise ValueError("evaluation needs the whole model on each rank (no pipeline stages)")
-        if state is not None and getattr(state, "sp", False):
-            raise ValueError("evaluation and generation run without sequence parallelism (build without --sp)")
+        check_whole_model(model, state)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.state = state
@@ -59,12 +74,18 @@ class LanguageModel:
 
     @torch.no_grad()
     def logits(self, tokens: torch.Tensor, cache: Optional[KVCache] = None,
-               position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """fp32 logits ``[b, s, vocab_size]`` for ``tokens [b, s]``; identical on every TP rank."""
-        out = self.model(tokens.to(self.device), position_ids=position_ids, cache=cache)
-        if group_size(self.tp_group) > 1:
-            out = gather_from_tp(out, self.tp_group)
-        return out[..., : self.vocab_size].float()
+               position_ids: Optional[torch.Tensor] = None,
+               attention_mask: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
+        """fp32 logits ``[b, s, vocab_size]`` for ``tokens [b, s]``; identical on every TP rank.
+        ``attention_mask [b, cached + s]`` (true = real token) is for left-padded batches; ``last_only``
+        gives the last position's logits only, ``[b, 1, vocab_size]``."""
+        kw = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device)}
+        if last_only:
+            kw["logits_to_keep"] = 1
+        if position_ids is not None:
+            position_ids = position_ids.to(self.device)
+        out = self.model(tokens.to(self.device), position_ids=position_ids, cache=cache, **kw)
+        return full_vocab_logits(out, self.tp_group, self.vocab_size)
 
     def log_probs(self, tokens: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         """Log-softmax over the real vocabulary, ``[b, s, vocab_size]``."""
@@ -80,8 +101,6 @@ class LanguageModel:
         out: list[Optional[float]] = [None]
         if len(ids) < 2:
             return out[: len(ids)]
-        from .zeroshot import rolling_windows  # one windowing rule for the server and WikiText
-
         for start, inputs, first in rolling_windows(ids, self.max_length, max(1, self.max_length // 2)):
             x = torch.tensor([inputs[:-1]], dtype=torch.long)
             lp = self.log_probs(x)[0]

@@ -107,13 +107,17 @@ def parse_request(body: Any, lm, limits: Limits) -> tuple[list, SamplingParams, 
     echo = body.get("echo", False)
     if not isinstance(echo, bool):
         raise RequestError("'echo' must be true or false")
-    if body.get("n", 1) != 1 or body.get("best_of", 1) != 1:
-        raise RequestError("only n = 1 and best_of = 1 are supported")
+    n = _num(body, "n", 1, 1, limits.max_prompts, integer=True)
+    if len(prompts) * n > limits.max_prompts:
+        raise RequestError(f"at most {limits.max_prompts} completions per request (prompts × n), "
+                           f"got {len(prompts) * n}")
+    if body.get("best_of", n) != n:
+        raise RequestError("only best_of = n is supported")
     if body.get("stream"):
         raise RequestError("streaming is not supported: send 'stream': false")
     params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k,
                             top_p=float(top_p), stop=tuple(stop), seed=seed,
-                            top_logprobs=logprobs if logprobs else 0)
+                            top_logprobs=logprobs if logprobs else 0, n=n)
     return prompts, params, echo, body.get("logprobs") is not None
 
 
@@ -152,7 +156,7 @@ class CompletionService:
                 raise RequestError(str(e)) from None
         choices, n_prompt, n_done = [], 0, 0
         for i, g in enumerate(gens):
-            n_prompt += len(g.prompt_tokens)
+            n_prompt += len(g.prompt_tokens) if i % params.n == 0 else 0  # each prompt counted once
             n_done += len(g.tokens)
             text = (g.prompt + g.text) if echo else g.text
             lp = None

@@ -12,23 +12,22 @@ Both run on the pretraining specs (:class:`~mwb.core.training.spec.GPTSpec`, ``T
 trainer has (TP/SP/PP/DP, the distributed optimizer, precision, accumulation) applies; the pretrained
 weights are copied into each rank's chunk when it is built, before the optimizer takes its fp32 masters.
 
-Evaluation decodes greedily (GPT through the batched generation path of :mod:`mwb.evaluation.generation`;
-T5 with :func:`t5_greedy`) and hands the texts to the task's ``metrics``.
+Evaluation decodes greedily through the batched generation paths (:mod:`mwb.evaluation.generation` for GPT,
+:mod:`mwb.evaluation.seq2seq` for T5) and hands the texts to the task's ``metrics``.
 """
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 
 from mwb.core.compose import load_full_model
-from mwb.core.compose import full_state
 from mwb.core.config import ConfigError, RunConfig
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.spec import GPTSpec
 from mwb.evaluation.generation import SamplingParams, generate
-from mwb.evaluation.loading import load_language_model
+from mwb.evaluation.lm import LanguageModel
+from mwb.evaluation.seq2seq import Seq2SeqModel, generate_seq2seq
 from mwb.pretraining.t5 import T5Spec
 
 from .model import copy_available
@@ -123,70 +122,43 @@ def make_spec(task, cfg: RunConfig, vocab: int, tensors: dict, source: str):
     return (GenerativeT5Spec if cfg.model.arch == "t5" else GenerativeGPTSpec)(cfg, vocab, task, tensors, source)
 
 
-# ------------------------------------------------------------------------------------------- decoding
-
-
-@torch.no_grad()
-def t5_greedy(model, tok, sources: Sequence[Sequence[int]], max_tokens: int, enc_length: int,
-              batch_size: int = 16) -> list[list[int]]:
-    """Greedy decoding with an mwb T5 (whole model, one process): the encoder runs once per batch, the
-    decoder re-reads its prefix each step; a row stops at eos. Returns the generated ids (without eos)."""
-    bos, eos, pad = t5_specials(tok)
-    device = next(model.parameters()).device
-    out: list[list[int]] = []
-    for s in range(0, len(sources), batch_size):
-        rows = [list(x)[: enc_length - 1] + [eos] for x in sources[s:s + batch_size]]
-        width = max(len(r) for r in rows)
-        enc = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
-        enc_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
-        hidden = model.encode(enc, enc_mask)
-        dec = torch.full((len(rows), 1), bos, dtype=torch.long, device=device)
-        done = torch.zeros(len(rows), dtype=torch.bool, device=device)
-        for _ in range(max_tokens):
-            logits = model(enc, dec, enc_padding_mask=enc_mask, enc_hidden=hidden)[:, -1, : tok.vocab_size]
-            nxt = torch.where(done, torch.full_like(done, pad, dtype=torch.long), logits.argmax(-1))
-            done |= nxt == eos
-            dec = torch.cat([dec, nxt[:, None]], dim=1)
-            if bool(done.all()):
-                break
-        for row in dec[:, 1:].tolist():
-            out.append(row[: row.index(eos)] if eos in row else row)
-    return out
-
-
 # -------------------------------------------------------------------------------------------- harness
 
 
-class Seq2SeqRunner:
-    def __init__(self, model, tokenizer, seq_length: int) -> None:
-        self.model, self.tokenizer, self.seq_length = model.eval(), tokenizer, seq_length
-
-
 def load_model(task, checkpoint: str, tokenizer: Optional[str] = None, device=None):
-    """A GPT as a :class:`~mwb.evaluation.lm.LanguageModel`, or a T5 as a :class:`Seq2SeqRunner`."""
-    cfg = full_state(checkpoint)[0]
+    """A GPT as a :class:`~mwb.evaluation.lm.LanguageModel`, or a T5 as a :class:`Seq2SeqModel`."""
+    cfg, model, stored = load_full_model(checkpoint, device=device or "cpu")
     if cfg.model.arch not in ARCHES:
         raise ConfigError(f"{checkpoint} holds a '{cfg.model.arch}' model; task '{task.name}' generates with a "
                           f"GPT or a T5")
+    if not (tokenizer or stored):
+        raise ConfigError(f"{checkpoint} names no tokenizer: pass --tokenizer PATH")
+    tok = load_tokenizer(tokenizer or stored)
     if cfg.model.arch == "gpt":
-        return load_language_model(checkpoint, tokenizer, device=device)
-    cfg, model, stored = load_full_model(checkpoint, device=device or "cpu")
-    seq = task.opts.get("seq_length") or cfg.train.seq_length
-    return cfg, Seq2SeqRunner(model, load_tokenizer(tokenizer or stored), seq)
+        return cfg, LanguageModel(model, tok)
+    if task.opts.get("seq_length") is None:  # the encoder length the model was trained at
+        task.opts["seq_length"] = cfg.train.seq_length
+    return cfg, Seq2SeqModel(model, tok)
 
 
 def build(task, examples: list[dict], runner) -> list[dict]:
     tok = runner.tokenizer
-    return [{"prompt": tok.encode(_texts(task, e)[0])} for e in examples]
+    items = []
+    for e in examples:
+        ids = tok.encode(_texts(task, e)[0])
+        if isinstance(runner, Seq2SeqModel):  # the encoder input as in training: cut, then the end token
+            ids = ids[: task.opts["seq_length"] - 1] + [runner.eod]
+        items.append({"prompt": ids or [runner.eod]})
+    return items
 
 
 def run(task, runner, items) -> list[str]:
-    max_tokens = task.opts.get("max_tokens") or 32
-    batch = task.opts.get("batch_size") or 16
-    prompts = [it["prompt"] for it in items]
-    if isinstance(runner, Seq2SeqRunner):
-        ids = t5_greedy(runner.model, runner.tokenizer, prompts, max_tokens, runner.seq_length, batch)
-        return [runner.tokenizer.decode(x).strip() for x in ids]
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, stop=("\n",) if task.opts.get("first_line")
-                            else ())
-    return [g.text.strip() for g in generate(runner, [list(p) or [runner.eod] for p in prompts], params)]
+    """Greedy generations (the batched generation path), stripped; ``first_line`` keeps the first line."""
+    params = SamplingParams(max_tokens=task.opts.get("max_tokens") or 32, temperature=0.0,
+                            stop=("\n",) if task.opts.get("first_line") else ())
+    prompts, batch = [it["prompt"] for it in items], task.opts.get("batch_size") or 16
+    if isinstance(runner, Seq2SeqModel):
+        gens = generate_seq2seq(runner, runner.tokenizer, prompts, params, batch_size=batch)
+    else:
+        gens = generate(runner, prompts, params, batch_size=batch)
+    return [g.text.strip() for g in gens]

@@ -59,6 +59,11 @@ def test_generate_cli(checkpoint, eval_lm, capsys):
     rows = [json.loads(line) for line in out.strip().splitlines()]
     want = generate(eval_lm, ["The baker", "Tom"], SamplingParams(max_tokens=5, temperature=0))
     assert [r["tokens"] for r in rows] == [g.tokens for g in want]
+    code, out, err = _run(["generate", "--checkpoint", checkpoint, "--prompt", "The baker", "--prompt", "Tom",
+                           "--max-tokens", "5", "--seed", "3", "--n", "2", "--batch-size", "3", "--json"], capsys)
+    assert code == 0, err
+    want = generate(eval_lm, ["The baker", "Tom"], SamplingParams(max_tokens=5, seed=3, n=2))
+    assert [json.loads(line)["tokens"] for line in out.strip().splitlines()] == [g.tokens for g in want]
 
 
 def test_eval_hugging_face_directory(eval_model, eval_tokenizer, eval_tokenizer_path, eval_lm, capsys, tmp_path):

@@ -48,6 +48,15 @@ def test_models_and_completion(base_url, eval_lm):
     assert lp["token_logprobs"] == pytest.approx(want[0].logprobs, abs=1e-5) and len(lp["top_logprobs"][0]) <= 2
 
 
+def test_n_samples_per_prompt(base_url, eval_lm):
+    body = {"prompt": ["The baker", "Tom searched"], "max_tokens": 5, "temperature": 1.0, "seed": 3, "n": 2}
+    code, out = _post(base_url, body)
+    want = generate(eval_lm, body["prompt"], SamplingParams(max_tokens=5, temperature=1.0, seed=3, n=2))
+    assert code == 200 and [c["text"] for c in out["choices"]] == [g.text for g in want]
+    assert [c["index"] for c in out["choices"]] == [0, 1, 2, 3]
+    assert out["usage"]["prompt_tokens"] == len(eval_lm.encode("The baker")) + len(eval_lm.encode("Tom searched"))
+
+
 def test_echo_logprobs_equal_the_models(base_url, eval_lm):
     text = "The detective studied the muddy footprints"
     code, out = _post(base_url, {"prompt": text, "max_tokens": 0, "echo": True, "logprobs": 1})
@@ -69,6 +78,8 @@ def test_echo_logprobs_equal_the_models(base_url, eval_lm):
     ({"prompt": 5}, "prompt"),
     ({"max_tokens": 1}, "prompt"),
     ({"prompt": ["a"] * 5}, "at most 4"),
+    ({"prompt": ["a", "b"], "n": 3}, "at most 4 completions"),
+    ({"prompt": "x", "n": 2, "best_of": 3}, "best_of"),
     ({"prompt": "x", "temperature": -1}, "temperature"),
     ({"prompt": "x", "stop": [1]}, "stop"),
     ({"prompt": "x", "echo": "yes"}, "echo"),

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .transformer import CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, make_norm
+from .transformer import (CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, make_norm,
+                          padding_mask)
 
 
 class GPTModel(TiedEmbeddingStage, nn.Module):
@@ -35,9 +36,15 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
 
     def forward(self, tokens: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 hidden: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
-                loss_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None):
+                loss_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None,
+                attention_mask: Optional[torch.Tensor] = None, logits_to_keep: int = 0):
         """First stage: ``tokens [b, s]``; other stages: ``hidden [b, s, h]`` from the previous stage.
-        Returns hidden states (not last stage), logits (last stage, no labels) or ``(loss_sum, count)``."""
+        Returns hidden states (not last stage), logits (last stage, no labels) or ``(loss_sum, count)``.
+
+        ``attention_mask [b, past + s]`` (true/1 = real token) hides pad keys of left-padded batches; pass
+        per-row ``position_ids [b, s]`` with it so a padded row computes what it computes alone. Without
+        it attention takes the plain causal path. ``logits_to_keep > 0`` returns the logits of the last
+        that many positions only (generation needs the last one; the head is the costliest matmul)."""
         seq = tokens.size(1) if tokens is not None else self.full_seq_len(hidden)
         if position_ids is None:
             start = cache.length() if cache is not None else 0
@@ -49,13 +56,14 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
             x = hidden
         rope = self.rope_for(position_ids[0] if position_ids.dim() == 2 and position_ids.size(0) == 1
                              else position_ids)
+        mask = None if attention_mask is None else padding_mask(attention_mask.to(x.device), x.size(1))
         for layer in self.layers.values():
-            x = layer(x, rope=rope, cache=cache)
+            x = layer(x, mask=mask, rope=rope, cache=cache)
         if not self.post_process:
             return x
-        logits = self.head(self.final_norm(x))
         if labels is None:
-            return logits
+            return self.head(self.final_norm(x[:, -logits_to_keep:] if logits_to_keep else x))
+        logits = self.head(self.final_norm(x))
         return self.loss_fn(logits, labels, loss_mask)
 
 

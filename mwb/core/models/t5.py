@@ -48,7 +48,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import LayoutError
-from .transformer import CrossEntropy, Embedding, TiedEmbeddingStage, TransformerBlock, make_norm
+from .transformer import CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, make_norm
 
 
 def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool = True,
@@ -87,8 +87,10 @@ class RelativePositionBias(nn.Module):
         # a usable default for a model built on its own; build_model's initialize() overwrites it
         self.weight = nn.Parameter(torch.empty(self.num_buckets, cfg.num_attention_heads).normal_(std=cfg.init_std))
 
-    def forward(self, q_len: int, k_len: int, device) -> torch.Tensor:
-        rel = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None]
+    def forward(self, q_len: int, k_len: int, device, q_start: int = 0) -> torch.Tensor:
+        """Queries at positions ``q_start …`` (past a KV cache), keys at ``0 … k_len-1``."""
+        queries = torch.arange(q_start, q_start + q_len, device=device)
+        rel = torch.arange(k_len, device=device)[None, :] - queries[:, None]
         buckets = relative_position_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
         return F.embedding(buckets, self.weight).permute(2, 0, 1)[None]
 
@@ -121,14 +123,17 @@ class T5Stack(nn.Module):
             self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, seq_len: int, padding_mask: Optional[torch.Tensor] = None,
-                enc: Optional[torch.Tensor] = None, enc_padding_mask: Optional[torch.Tensor] = None):
-        """``seq_len`` is the full length (``x`` holds a sequence slice under SP)."""
+                enc: Optional[torch.Tensor] = None, enc_padding_mask: Optional[torch.Tensor] = None,
+                cache: Optional[KVCache] = None):
+        """``seq_len`` is the full length (``x`` holds a sequence slice under SP). With ``cache`` (decoder,
+        generation) ``x`` continues the cached positions and ``padding_mask`` covers cached + new keys."""
+        past = cache.length() if cache is not None else 0
         keep = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
-        bias = None if self.relative_bias is None else self.relative_bias(seq_len, seq_len, x.device)
+        bias = None if self.relative_bias is None else self.relative_bias(seq_len, past + seq_len, x.device, past)
         mask = _additive(bias, keep, x.dtype)
         cross = None if enc_padding_mask is None else enc_padding_mask.bool()[:, None, None, :]
         for layer in self.layers.values():
-            x = layer(x, mask=mask) if enc is None else layer(x, mask=mask, enc=enc, cross_mask=cross)
+            x = layer(x, mask=mask) if enc is None else layer(x, mask=mask, enc=enc, cross_mask=cross, cache=cache)
         return self.dropout(self.norm(x)) if self.final else x
 
 
@@ -176,10 +181,25 @@ class T5Model(TiedEmbeddingStage, nn.Module):
         return self.encoder(x, enc_tokens.size(1), enc_padding_mask)
 
     def decode(self, dec_tokens: torch.Tensor, enc: torch.Tensor, enc_padding_mask=None,
-               dec_padding_mask=None) -> torch.Tensor:
-        """Decoder output ``[b, s_dec, h]`` after the final norm (before the output scaling and head)."""
-        x = self.embed_dropout(self.embed(dec_tokens))
-        return self.decoder(x, dec_tokens.size(1), dec_padding_mask, enc=enc, enc_padding_mask=enc_padding_mask)
+               dec_padding_mask=None, cache: Optional[KVCache] = None) -> torch.Tensor:
+        """Decoder output ``[b, s_dec, h]`` after the final norm (before the output scaling and head).
+        With ``cache`` the tokens continue the cached ones (their positions start after them)."""
+        past = cache.length() if cache is not None else 0
+        positions = torch.arange(past, past + dec_tokens.size(1), device=dec_tokens.device)[None]
+        x = self.embed_dropout(self.embed(dec_tokens, positions))
+        return self.decoder(x, dec_tokens.size(1), dec_padding_mask, enc=enc, enc_padding_mask=enc_padding_mask,
+                            cache=cache)
+
+    def decoder_logits(self, dec_tokens: torch.Tensor, enc: torch.Tensor, enc_padding_mask=None,
+                       cache: Optional[KVCache] = None) -> torch.Tensor:
+        """Logits ``[b, s_dec, V]`` (vocab-sharded under TP) of decoder tokens over a computed encoder
+        output: step by step generation with a :class:`KVCache` (whole model only)."""
+        return self._logits(self.decode(dec_tokens, enc, enc_padding_mask, cache=cache))
+
+    def _logits(self, dec: torch.Tensor) -> torch.Tensor:
+        if self.cfg.tie_embeddings:  # T5's rescaling before the tied vocab projection
+            dec = dec * self.cfg.hidden_size ** -0.5
+        return self.head(dec)
 
     def forward(self, enc_tokens: torch.Tensor, dec_tokens: torch.Tensor,
                 labels: Optional[torch.Tensor] = None, loss_mask: Optional[torch.Tensor] = None,
@@ -204,9 +224,7 @@ class T5Model(TiedEmbeddingStage, nn.Module):
             dec = self.decoder(dec, s_dec, dec_padding_mask, enc=enc, enc_padding_mask=enc_padding_mask)
         if not self.post_process:
             return torch.cat([enc, dec], dim=1)
-        if self.cfg.tie_embeddings:
-            dec = dec * self.cfg.hidden_size ** -0.5
-        logits = self.head(dec)
+        logits = self._logits(dec)
         if labels is None:
             return logits
         return self.loss_fn(logits, labels, loss_mask)

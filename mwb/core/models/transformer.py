@@ -54,11 +54,17 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class KVCache:
-    """Per-layer key/value tensors for incremental decoding: ``[b, kv_heads, s_so_far, d]``."""
+    """Per-layer key/value tensors for incremental decoding: ``[b, kv_heads, s_so_far, d]``.
+
+    A batch of left-padded sequences shares one cache (all rows have the same length, pads included; the
+    caller's key-padding mask hides the pads). :meth:`keep` drops finished rows so later steps compute
+    only the rows still being extended. ``cross`` holds each cross-attention layer's keys/values of the
+    encoder output, computed at the first decoder step and reused after (the encoder output is fixed)."""
 
     def __init__(self) -> None:
         self.k: dict[int, torch.Tensor] = {}
         self.v: dict[int, torch.Tensor] = {}
+        self.cross: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def length(self) -> int:
         return next(iter(self.k.values())).size(2) if self.k else 0
@@ -69,6 +75,27 @@ class KVCache:
             v = torch.cat([self.v[layer], v], dim=2)
         self.k[layer], self.v[layer] = k, v
         return k, v
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows ``rows`` (indices into the current batch), in that order."""
+        for store in (self.k, self.v):
+            for layer, t in store.items():
+                store[layer] = t.index_select(0, rows.to(t.device))
+        for layer, (k, v) in self.cross.items():
+            self.cross[layer] = (k.index_select(0, rows.to(k.device)), v.index_select(0, rows.to(v.device)))
+
+
+def padding_mask(key_mask: torch.Tensor, q_len: int) -> torch.Tensor:
+    """Boolean attention mask ``[b, 1, q_len, kv]`` from a key-padding mask ``[b, kv]`` (true = real token),
+    for queries that are the last ``q_len`` of the ``kv`` positions; causality is added by the attention.
+
+    Every position may also attend to itself: a pad query would otherwise have no visible key at all,
+    its softmax would be NaN, and that NaN would reach real rows of the next layer through ``0 · NaN`` in
+    the value product. Real queries never see a pad key, so their results are those of the unpadded row."""
+    kv = key_mask.size(1)
+    keys = torch.arange(kv, device=key_mask.device)
+    self_ = keys[None, :] == torch.arange(kv - q_len, kv, device=key_mask.device)[:, None]
+    return key_mask.bool()[:, None, None, :] | self_[None, None]
 
 
 class AttentionCore(nn.Module):
@@ -126,7 +153,13 @@ class Attention(nn.Module):
                 cache: Optional[KVCache] = None) -> torch.Tensor:
         b, s, _ = x.shape
         src = x if kv_input is None else kv_input
-        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
+        q = self._heads(self.q_proj(x))
+        if self.cross and cache is not None and self.layer_id in cache.cross:
+            k, v = cache.cross[self.layer_id]
+        else:
+            k, v = self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
+            if self.cross and cache is not None:
+                cache.cross[self.layer_id] = (k, v)
         if rope is not None:
             q_cos, q_sin, k_cos, k_sin = rope
             q, k = apply_rope(q, q_cos, q_sin), apply_rope(k, k_cos, k_sin)
@@ -135,10 +168,11 @@ class Attention(nn.Module):
             past = cache.length() if self.layer_id in cache.k else 0
             k, v = cache.update(self.layer_id, k, v)
             if causal and past > 0:  # queries sit at positions past..past+s-1 of the keys
-                qpos = torch.arange(past, past + s, device=x.device)[:, None]
-                allowed = torch.arange(k.size(2), device=x.device)[None, :] <= qpos
-                mask = allowed if mask is None else (mask & allowed if mask.dtype == torch.bool
-                                                     else mask.masked_fill(~allowed, float("-inf")))
+                if s > 1:  # (one query, the last position, may see every key: no causal mask needed)
+                    qpos = torch.arange(past, past + s, device=x.device)[:, None]
+                    allowed = torch.arange(k.size(2), device=x.device)[None, :] <= qpos
+                    mask = allowed if mask is None else (mask & allowed if mask.dtype == torch.bool
+                                                         else mask.masked_fill(~allowed, float("-inf")))
                 causal = False
         if causal and mask is not None:  # combine an explicit mask with causality
             allowed = torch.ones(s, k.size(2), dtype=torch.bool, device=x.device).tril(k.size(2) - s)
@@ -184,7 +218,7 @@ class TransformerBlock(nn.Module):
                 cross_mask=None) -> torch.Tensor:
         x = x + self.drop1(self.attn(self.ln1(x), mask=mask, rope=rope, cache=cache))
         if enc is not None:
-            x = x + self.drop_cross(self.cross_attn(self.ln_cross(x), kv_input=enc, mask=cross_mask))
+            x = x + self.drop_cross(self.cross_attn(self.ln_cross(x), kv_input=enc, mask=cross_mask, cache=cache))
         return x + self.drop2(self.mlp(self.ln2(x)))
 
 
