@@ -16,26 +16,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from profile_step import SHAPES, build  # noqa: E402
+from bench_train_throughput import SHAPES, alternate, build  # noqa: E402
 
 
-def alternate(fns: dict, reps: int) -> dict:
-    """{name: (best, median)} seconds, calling the functions in turn ``reps`` times after one warm-up."""
-    times = {k: [] for k in fns}
-    for i in range(reps + 1):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            if i:
-                times[k].append(time.perf_counter() - t0)
-    return {k: (min(v), statistics.median(v)) for k, v in times.items()}
+def best_median(fns: dict, reps: int) -> dict:
+    """{name: (best, median)} seconds over ``reps`` alternating calls after one warm-up."""
+    return {k: (min(v), statistics.median(v)) for k, v in alternate(fns, reps, 1).items()}
 
 
 def row(name: str, base: str, new: str, r: dict, note: str = "") -> None:
@@ -63,14 +55,14 @@ def bench_optimizer(args) -> None:
         ref.step()
         return norm
 
-    r = alternate({"per-parameter": per_parameter, "flat": lambda: opt.apply(3e-4)}, args.reps)
+    r = best_median({"per-parameter": per_parameter, "flat": lambda: opt.apply(3e-4)}, args.reps)
     n = sum(p.numel() for p in params)
     row("optimizer (clip + AdamW)", "per-parameter", "flat", r, f"{len(params)} tensors, {n / 1e6:.1f}M params")
 
 
 def bench_cross_entropy(args) -> None:
     from mwb.core.models.loss import blocked_cross_entropy
-    vocab = SHAPES[args.shape]["vocab_size"]
+    vocab = SHAPES[args.shape]["model"]["vocab_size"]
     padded = -(-vocab // 128) * 128
     n = args.batch * args.seq
     logits = torch.randn(n, padded)
@@ -92,7 +84,7 @@ def bench_cross_entropy(args) -> None:
         x = logits.clone().requires_grad_(True)
         blocked_cross_entropy(x, labels, vocab).sum().backward()
 
-    r = alternate({"F.cross_entropy": old, "blocked": new}, args.reps)
+    r = best_median({"F.cross_entropy": old, "blocked": new}, args.reps)
     sb_old = saved_bytes(lambda: F.cross_entropy(logits.clone().requires_grad_(True)[:, :vocab].float(), labels))
     sb_new = saved_bytes(lambda: blocked_cross_entropy(logits.clone().requires_grad_(True), labels, vocab))
     row("cross-entropy fwd+bwd", "F.cross_entropy", "blocked", r,
@@ -105,7 +97,7 @@ def bench_step(args, variant: str) -> None:
                   variant == "compile")
     other.train_step()  # compile warm-up outside the timing
     name = "bf16" if variant == "precision" else "compiled"
-    r = alternate({"fp32 eager": base.train_step, name: other.train_step}, args.reps)
+    r = best_median({"fp32 eager": base.train_step, name: other.train_step}, args.reps)
     row(f"training step ({variant})", "fp32 eager", name, r, f"{args.batch}×{args.seq} tokens")
 
 

@@ -35,16 +35,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from bench_train_throughput import matmul_peak_gflops  # noqa: E402
+from bench_train_throughput import build, matmul_peak_gflops, step_flops  # noqa: E402
 
-SHAPES = {
-    "gpt2": {"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "activation": "gelu_tanh",
-             "vocab_size": 50257, "max_position_embeddings": 1024},
-    "smollm2": {"num_layers": 30, "hidden_size": 576, "num_attention_heads": 9, "num_query_groups": 3,
-                "ffn_hidden_size": 1536, "activation": "swiglu", "normalization": "rmsnorm",
-                "position_embedding": "rope", "rope_theta": 100000.0, "bias": False, "vocab_size": 49152,
-                "max_position_embeddings": 2048},
-}
 FAMILIES = [  # (family, regex on the aten op name), first match wins
     ("matmul", r"aten::(mm|addmm|bmm|matmul|linear|baddbmm)$"),
     ("attention", r"scaled_dot_product|_flash_attention|_efficient_attention|attention"),
@@ -57,30 +49,6 @@ FAMILIES = [  # (family, regex on the aten op name), first match wins
     ("elementwise", r"aten::(add|add_|mul|mul_|sub|div|exp|exp_|neg|pow|where|masked_fill|fill_|zero_|zeros|"
                     r"sum|mean|max|clamp|rsqrt)"),
 ]
-
-
-def build(shape: str, layers, batch: int, seq: int, precision: str, compile_: bool):
-    from mwb.core.config import RunConfig, update
-    from mwb.core.training.batches import SyntheticTokens
-    from mwb.core.training.spec import GPTSpec
-    from mwb.core.training.trainer import Trainer
-    model = dict(SHAPES[shape], dropout=0.0, tie_embeddings=True)
-    if layers:
-        model["num_layers"] = layers
-    tree = {"model": model,
-            "optim": {"lr": 3e-4, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.01, "clip_grad": 1.0,
-                      "lr_schedule": "constant"},
-            "train": {"steps": 10**6, "micro_batch_size": batch, "global_batch_size": batch, "seq_length": seq,
-                      "precision": precision, "compile": compile_}}
-    cfg = update(RunConfig(), tree)
-    data = SyntheticTokens(model["vocab_size"], seq, seed=0)
-    return Trainer(cfg, GPTSpec(cfg, model["vocab_size"]), data)
-
-
-def step_flops(trainer) -> float:
-    from mwb.core.plan import ModelShape, flops_per_iteration
-    t = trainer.cfg.train
-    return flops_per_iteration(ModelShape.from_config(trainer.cfg.model, t.seq_length), t.global_batch_size, "none")
 
 
 class PhaseTimer:
@@ -157,7 +125,7 @@ def profile_shape(shape: str, args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shape", choices=[*SHAPES, "both"], default="both")
+    ap.add_argument("--shape", choices=["gpt2", "smollm2", "both"], default="both")
     ap.add_argument("--layers", type=int, default=None, help="fewer layers, same width")
     ap.add_argument("--steps", type=int, default=3, help="measured steps (after one warm-up)")
     ap.add_argument("--batch", type=int, default=2)
@@ -169,7 +137,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"# mwb training step profile, {args.threads} thread(s), load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    for shape in (SHAPES if args.shape == "both" else [args.shape]):
+    for shape in (["gpt2", "smollm2"] if args.shape == "both" else [args.shape]):
         profile_shape(shape, args)
 
 
