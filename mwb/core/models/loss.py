@@ -5,6 +5,7 @@ slice and cast), keeps a full fp32 log-softmax for backward and makes a third fu
 gradient of the slice. Here the logits themselves are saved (they exist anyway), each block of rows is
 cast to fp32 only while it is processed, and backward writes the gradient once, straight in the logits'
 dtype and padded shape. Peak extra memory is one block (``BLOCK_ELEMENTS`` fp32 values) plus O(tokens).
+fp32 logits without padded columns need no slice or cast and go to ``F.cross_entropy`` (faster there).
 
 The same function serves logits split over the vocabulary (tensor parallelism): every rank computes the
 log-sum-exp of its own columns; ``reduce_max`` and ``reduce_sum`` (all-reduces over the TP group, or
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 
 BLOCK_ELEMENTS = 1 << 23  # fp32 values of one block: 32 MiB
 
@@ -52,14 +54,20 @@ class _BlockedCrossEntropy(torch.autograd.Function):
     def backward(ctx, g):
         logits, lse, idx, mine = ctx.saved_tensors
         real, block = ctx.real, ctx.block
-        grad = torch.zeros_like(logits)
+        grad = torch.empty_like(logits)
+        grad[:, real:] = 0  # padded vocabulary columns
         if not real:
             return grad, None, None, None, None, None
+        in_place = logits.dtype == torch.float32  # fp32: softmax written straight into the gradient
         for a in range(0, logits.size(0), block):
-            p = (logits[a:a + block, :real].float() - lse[a:a + block, None]).exp_()
+            x, out = logits[a:a + block, :real], grad[a:a + block, :real]
+            p = torch.sub(x, lse[a:a + block, None], out=out) if in_place else x.float() - lse[a:a + block, None]
+            p.exp_()
             rows = torch.arange(p.size(0), device=p.device)
             p[rows, idx[a:a + block]] -= mine[a:a + block].to(p.dtype)
-            grad[a:a + block, :real] = p.mul_(g[a:a + block, None])
+            p.mul_(g[a:a + block, None])
+            if not in_place:
+                out.copy_(p)
         return grad, None, None, None, None, None
 
 
@@ -70,6 +78,10 @@ def blocked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_size
     vocabulary ids ``start, start+1, …``; columns at or beyond ``vocab_size`` (padding) never count.
     ``labels`` must be valid ids (callers clamp ignored positions to 0 and mask their losses)."""
     flat = logits.reshape(-1, logits.size(-1))
+    if reduce_max is None and flat.dtype == torch.float32 and start + flat.size(1) <= vocab_size:
+        # fp32 and no padded columns: nothing to slice or cast, so torch's fused kernel keeps no more
+        # (its log-softmax, the size of the logits it lets go) and is faster than the blocks
+        return F.cross_entropy(flat, labels.reshape(-1), reduction="none").view_as(labels)
     losses = _BlockedCrossEntropy.apply(flat, labels.reshape(-1), start, vocab_size,
                                         reduce_max or _noop, reduce_sum or _noop)
     return losses.view_as(labels)

@@ -8,8 +8,9 @@ One step, in order:
      optimizer, one reduce-scatter so each data-parallel rank holds the summed gradients of its shard;
   4. unscale, global gradient norm over every group (each replicated parameter counted once), skip the step
      on inf/NaN (fp16), clip;
-  5. Adam/AdamW/SGD on fp32 master pieces (the whole model, or this rank's shard), copy back to the model's
-     bf16/fp16 parameters, and (distributed optimizer) all-gather the updated parameter buffer.
+  5. Adam/AdamW/SGD on one flat fp32 master per buffer (the whole buffer, or this rank's shard), copy back
+     to the model's bf16/fp16 parameters, and (distributed optimizer) all-gather the updated parameter
+     buffer.
 fp32 master weights alias the model's own fp32 parameters, so fp32 training keeps no second copy.
 """
 from __future__ import annotations
@@ -120,17 +121,20 @@ class DistributedOptimizer:
 
     # -------------------------------------------------------------------------------------- plumbing
     def _make_torch_optimizer(self) -> torch.optim.Optimizer:
-        """torch's own update rule on each group's single flat master. Weight decay is applied here, on
-        the decayed prefix, exactly as torch applies it per parameter (so the torch optimizer runs with
-        ``weight_decay=0``): AdamW multiplies by ``1 - lr·wd`` first; Adam and SGD add ``wd·param`` to the
-        gradient."""
+        """torch's own update rule on each group's single flat master (Adam: the fused kernel). Weight decay
+        is applied here, on the decayed prefix, exactly as torch applies it per parameter (so the torch
+        optimizer runs with ``weight_decay=0``): AdamW multiplies by ``1 - lr·wd`` first; Adam and SGD add
+        ``wd·param`` to the gradient."""
         params = [g.master for g in self.groups] or [nn.Parameter(torch.zeros(1))]
         c = self.cfg
+        # torch's fused Adam kernel: one pass over each flat master (5× the single-tensor path on this CPU;
+        # it agrees with it to within an ulp of the parameters)
+        fused = True if params[0].device.type in ("cpu", "cuda") else None
         if c.name == "adamw":
             return torch.optim.AdamW(params, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, weight_decay=0.0,
-                                     foreach=False)
+                                     fused=fused)
         if c.name == "adam":
-            return torch.optim.Adam(params, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, foreach=False)
+            return torch.optim.Adam(params, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, fused=fused)
         if c.name == "sgd":
             return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, foreach=False)
         raise ValueError(f"unknown optimizer '{c.name}' (adamw | adam | sgd)")
@@ -160,7 +164,7 @@ class DistributedOptimizer:
                     st[k] = torch.zeros_like(g.master.data)
                 st[k][pc.offset:pc.offset + n].copy_(v)
             else:
-                st[k] = v.clone() if torch.is_tensor(v) else v
+                st[k] = v.to(g.master.device, copy=True) if torch.is_tensor(v) else v  # fused: step on the device
 
     def zero_grad(self) -> None:
         for buf in self.buffers:

@@ -64,7 +64,8 @@ class RaplCounter:
                         continue  # psys covers the whole platform, packages included
             except OSError:
                 pass
-            uj, wrap = _read_int(os.path.join(zone, "energy_uj")), _read_int(os.path.join(zone, "max_energy_range_uj"))
+            uj = _read_int(os.path.join(zone, "energy_uj"))
+            wrap = _read_int(os.path.join(zone, "max_energy_range_uj"))
             if uj is not None and wrap:
                 self.zones.append((os.path.join(zone, "energy_uj"), wrap))
         self._last = [_read_int(p) for p, _ in self.zones]

@@ -3,8 +3,8 @@
 Only rank 0 logs; every number comes from the :class:`~mwb.core.training.trainer.StepResult` computed once
 by the trainer. Model FLOPs per token use the standard 6·N + attention estimate (Kaplan/Megatron:
 forward + backward = 3× forward, forward = 2·N + 2·L·s·h per token), and MFU divides achieved FLOP/s by the
-configured peak. Every step record carries the run's energy so far (joules, kWh, gCO2e); at the end the run's total goes
-to ``energy.json`` and one printed line that names the source (:mod:`.energy`).
+configured peak. Every step record carries the run's energy so far (joules, kWh, gCO2e); at the end the
+run's total goes to ``energy.json`` and one printed line that names the source (:mod:`.energy`).
 """
 from __future__ import annotations
 
