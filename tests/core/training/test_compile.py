@@ -42,3 +42,9 @@ def test_compiled_blocks_give_the_eager_losses(monkeypatch):
 @pytest.mark.slow
 def test_compiled_blocks_give_the_eager_losses_with_inductor(monkeypatch):
     _check("inductor", monkeypatch)
+
+
+def test_compile_flag_sets_the_config_field():
+    from mwb.cli.options import build_config
+    assert build_config(None, {"compile": True}).train.compile is True
+    assert build_config(None, {}).train.compile is False
