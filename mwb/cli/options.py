@@ -22,7 +22,7 @@ FLAG_TO_KEY = {
     "micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size",
     "seq_length": "train.seq_length", "seed": "train.seed", "save_interval": "train.save_interval",
     "keep_last": "train.keep_last", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
-    "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr",
+    "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr", "compile": "train.compile",
 }
 
 
@@ -31,7 +31,7 @@ def training_options(fn):
     opts = [
         click.option("--preset", default=None, help="Named model preset (see `mwb plan --help`)."),
         click.option("--config", "config_file", type=click.Path(), default=None,
-                     help="A YAML config file (sections model/parallel/optim/train/data/logging)."),
+                     help="A YAML config file (sections model/parallel/optim/train/data/logging/energy)."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override any config field by its dotted name, e.g. --set model.num_layers=2."),
         click.option("--nproc", type=int, default=None,
@@ -48,6 +48,8 @@ def training_options(fn):
                      help="Parameter/activation precision (fp16 uses dynamic loss scaling)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
                      help="Activation recomputation."),
+        click.option("--compile/--no-compile", "compile", default=None,
+                     help="torch.compile each transformer block (CPU/GPU; the first steps pay the compile)."),
         click.option("--steps", type=int, default=None, help="Optimizer steps."),
         click.option("--micro-batch-size", type=int, default=None),
         click.option("--global-batch-size", type=int, default=None),

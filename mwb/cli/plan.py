@@ -52,15 +52,24 @@ HARDWARE_NAMES = ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]),
               help="[the config's train.precision, bf16 where that is the CPU default fp32]")
 @click.option("--flash-attention", is_flag=True, help="fused attention: no s×s scores stored")
+@click.option("--train-tokens", type=click.FloatRange(min=0, min_open=True),
+              help="tokens the whole run trains on, e.g. 270e9 [train.steps × batch × seq]")
+@click.option("--device-power", type=click.FloatRange(min=0, min_open=True),
+              help="W per GPU for the energy estimate [board TDP: 400 on A100, 700 on H100/H200]")
+@click.option("--pue", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+              help="datacentre power usage effectiveness multiplying the GPUs' energy")
+@click.option("--grid-gco2", type=click.FloatRange(min=0),
+              help="grid carbon intensity, gCO2e/kWh [energy.grid_gco2_per_kwh: 475, IEA world average]")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="layouts to list")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of text")
 def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, peak_tflops, intra_node_bw,
          inter_node_bw, efficiency, memory_reserve, global_batch_size, seq_length, micro_batch_size, tp, pp, vpp,
-         ep, sp, recompute, distributed_optimizer, precision, flash_attention, top, as_json):
+         ep, sp, recompute, distributed_optimizer, precision, flash_attention, train_tokens, device_power, pue,
+         grid_gco2, top, as_json):
     """Memory, FLOPs and parallel-layout advice for a model on a cluster (formulas in docs/plan.md)."""
     from mwb.core.config import ConfigError, RunConfig, apply_sets, load_yaml, update
     from mwb.core.plan import HARDWARE, Constraints, Workload, plan as run_plan
-    from mwb.core.plan.report import render, to_dict
+    from mwb.core.plan.report import energy_estimate, render, render_energy, to_dict
     from mwb.core.presets import apply_preset
 
     cfg = RunConfig()
@@ -82,7 +91,7 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
         precision = cfg.train.precision if cfg.train.precision != "fp32" else "bf16"
     hw = HARDWARE[hardware].with_(gpus_per_node=gpus_per_node, memory_gib=gpu_memory, peak_tflops=peak_tflops,
                                   intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
-                                  efficiency=efficiency, memory_reserve_gib=memory_reserve)
+                                  efficiency=efficiency, memory_reserve_gib=memory_reserve, power_w=device_power)
     if hw.memory_reserve_gib >= hw.memory_gib:
         raise ConfigError(f"--memory-reserve {hw.memory_reserve_gib:g} GiB leaves nothing of --gpu-memory "
                           f"{hw.memory_gib:g} GiB")
@@ -91,9 +100,12 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
                               distributed_optimizer=distributed_optimizer, micro_batch_size=micro_batch_size,
                               flash_attention=flash_attention)
     result = run_plan(m, workload, hw, constraints, seq)
+    tokens = train_tokens or float(cfg.train.steps) * workload.global_batch_size * seq
+    energy = energy_estimate(result, tokens, cfg.energy.grid_gco2_per_kwh if grid_gco2 is None else grid_gco2, pue)
     if as_json:
         out = to_dict(result, top)
         out["preset"] = name or None
+        out["energy"] = energy
         click.echo(json.dumps(out, indent=2))
     else:
-        click.echo(render(result, top, name or config_file or ""))
+        click.echo(render(result, top, name or config_file or "") + "\n" + "\n".join(render_energy(energy, gpus)))

@@ -142,6 +142,7 @@ class TrainConfig:
     save_interval: int = 0  # 0 = only at the end
     keep_last: int = 0  # 0 = keep all
     out: Optional[str] = None
+    compile: bool = False  # torch.compile each transformer block (opt-in; first steps pay the compile)
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,16 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class EnergyConfig:
+    """Declared power for the energy estimate where no counter (RAPL, NVML) measures it, and the grid's
+    carbon intensity: 475 gCO2e/kWh is the world average of the IEA's Global Energy & CO2 Status Report
+    2019 (mwb.core.training.energy)."""
+    cpu_tdp_w: float = 65.0  # the CPU package(s) this machine shows, at full load
+    gpu_tdp_w: float = 400.0  # per GPU (A100 SXM)
+    grid_gco2_per_kwh: float = 475.0
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -171,6 +182,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
 
 
 # ----------------------------------------------------------------------------------------------- overrides

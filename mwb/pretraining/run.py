@@ -131,7 +131,7 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
                            progress=cfg.logging.progress,
                            flops_per_tok=flops_per_token(nonembed, m.num_layers, cfg.train.seq_length, m.hidden_size),
                            peak_tflops=cfg.logging.peak_tflops, world_size=world, start_step=start,
-                           log_interval=cfg.logging.log_interval)
+                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
     trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train,
                           extra_files={"tokenizer": plan.tokenizer} if plan.tokenizer else None, say=say, saved=latest)

@@ -178,10 +178,7 @@ def _load_optimizer(ck: Checkpoint, trainer) -> None:
             for kind, s in scalars.items():
                 dtype = DTYPES.get(s.get("dtype") or "")
                 new_state[kind] = torch.tensor(s["value"], dtype=dtype) if dtype is not None else s["value"]
-            if new_state:
-                opt.optimizer.state[pc.master_param] = new_state
-            else:
-                opt.optimizer.state.pop(pc.master_param, None)
+            opt.load_piece_state(pc, new_state)
     opt.found_inf_steps = int((ck.meta.get("optimizer") or {}).get("found_inf_steps", 0))
 
 

@@ -103,7 +103,7 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
         base = f"optim/{name}/{pc.lo}"
         keys["master"] = f"{base}/master"
         tensors[keys["master"]] = pc.master.detach()
-        for k, v in opt.optimizer.state.get(pc.master_param, {}).items():
+        for k, v in opt.piece_state(pc).items():
             if torch.is_tensor(v) and v.shape == pc.master.shape:
                 keys[k] = f"{base}/{k}"
                 tensors[keys[k]] = v.detach()

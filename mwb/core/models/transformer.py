@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .loss import blocked_cross_entropy
 from .mlp import MLP
 from .moe import MoELayer
 
@@ -296,7 +297,8 @@ class CrossEntropy(nn.Module):
     """Token losses over the real vocabulary (padded vocab columns never take part), summed with a mask.
 
     Returns ``(loss_sum, token_count)`` so callers can normalise by the token count of the whole global
-    batch; ``labels < 0`` are ignored. Tensor parallelism swaps this for the vocab-parallel version.
+    batch; ``labels < 0`` are ignored. Token losses are computed a block of tokens at a time without an
+    fp32 copy of the logits (:mod:`.loss`). Tensor parallelism swaps this for the vocab-parallel version.
     """
 
     def __init__(self, vocab_size: int) -> None:
@@ -304,9 +306,7 @@ class CrossEntropy(nn.Module):
         self.vocab_size = vocab_size
 
     def token_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        logits = logits[..., : self.vocab_size].float()
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1).clamp(min=0),
-                               reduction="none").view_as(labels)
+        return blocked_cross_entropy(logits, labels.clamp(min=0), self.vocab_size)
 
     def forward(self, logits, labels, loss_mask: Optional[torch.Tensor] = None):
         losses = self.token_losses(logits, labels)

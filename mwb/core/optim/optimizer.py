@@ -8,8 +8,9 @@ One step, in order:
      optimizer, one reduce-scatter so each data-parallel rank holds the summed gradients of its shard;
   4. unscale, global gradient norm over every group (each replicated parameter counted once), skip the step
      on inf/NaN (fp16), clip;
-  5. Adam/AdamW/SGD on fp32 master pieces (the whole model, or this rank's shard), copy back to the model's
-     bf16/fp16 parameters, and (distributed optimizer) all-gather the updated parameter buffer.
+  5. Adam/AdamW/SGD on one flat fp32 master per buffer (the whole buffer, or this rank's shard), copy back
+     to the model's bf16/fp16 parameters, and (distributed optimizer) all-gather the updated parameter
+     buffer.
 fp32 master weights alias the model's own fp32 parameters, so fp32 training keeps no second copy.
 """
 from __future__ import annotations
@@ -34,10 +35,25 @@ class Piece:
     param: nn.Parameter
     lo: int
     hi: int
-    master: torch.Tensor  # fp32, 1-D, hi-lo elements
+    master: torch.Tensor  # fp32, 1-D, hi-lo elements: a view into its group's flat master
     grad: torch.Tensor  # view into the reduced fp32 gradient buffer
     buffer: int  # index of the FlatBuffers it belongs to
     alias: bool  # master is a view of the parameter itself (fp32 model)
+    offset: int = 0  # where ``master`` starts in its group's flat master
+
+
+@dataclass
+class FlatGroup:
+    """This rank's whole range [lo, hi) of one flat buffer as one fp32 tensor: the optimizer updates it with
+    one sequence of element-wise ops instead of one sequence per parameter. Parameters are laid out decayed
+    first (see :func:`decay_first`), so weight decay touches the prefix ``master[:decay_end]`` only."""
+    buffer: int
+    lo: int
+    hi: int
+    master: nn.Parameter  # fp32; aliases the buffer itself when the model is fp32
+    grad: torch.Tensor  # buf.grads[lo:hi]
+    decay_end: int
+    alias: bool
 
 
 def shares_embedding(model: nn.Module) -> bool:
@@ -53,6 +69,13 @@ def no_weight_decay(name: str, p: torch.Tensor) -> bool:
     return p.dim() == 1 or name.endswith(".bias")
 
 
+def decay_first(named: list[tuple[str, nn.Parameter]]) -> list[tuple[str, nn.Parameter]]:
+    """Decayed parameters first, then the rest, each in model order (a stable sort): the flat buffer's
+    decayed elements are one prefix, so decay is one op on a slice. Checkpoints address pieces by parameter
+    name and element range, so the buffer order is free."""
+    return sorted(named, key=lambda item: no_weight_decay(*item))
+
+
 class DistributedOptimizer:
     def __init__(self, model: nn.Module, cfg: OptimConfig, state, distributed: bool = False,
                  bucket_mb: float = 40.0) -> None:
@@ -64,8 +87,8 @@ class DistributedOptimizer:
             if p.requires_grad and id(p) not in seen:
                 seen.add(id(p))
                 named.append((name, p))
-        dense = [(n, p) for n, p in named if not getattr(p, "expert", False)]
-        expert = [(n, p) for n, p in named if getattr(p, "expert", False)]
+        dense = decay_first([(n, p) for n, p in named if not getattr(p, "expert", False)])
+        expert = decay_first([(n, p) for n, p in named if getattr(p, "expert", False)])
         self.buffers: list[FlatBuffers] = []
         self.buffer_is_expert: list[bool] = []
         if dense:
@@ -75,39 +98,73 @@ class DistributedOptimizer:
             self.buffers.append(FlatBuffers(expert, state.group("edp")))
             self.buffer_is_expert.append(True)
         self.pieces: list[Piece] = []
+        self.groups: list[FlatGroup] = []
         for bi, buf in enumerate(self.buffers):
             rank = dist.get_rank(buf.group) if (distributed and buf.group is not None) else 0
             lo_b, hi_b = buf.shard_range(rank) if distributed else (0, buf.padded)
+            alias = buf.params.dtype == torch.float32
+            flat = buf.params[lo_b:hi_b]
+            master = nn.Parameter(flat if alias else flat.detach().float().clone(), requires_grad=False)
+            decayed = sum(s.numel for s in buf.slots if not no_weight_decay(s.name, s.param))
+            self.groups.append(FlatGroup(bi, lo_b, hi_b, master, buf.grads[lo_b:hi_b],
+                                         min(max(decayed - lo_b, 0), hi_b - lo_b), alias))
             for s in buf.slots:
                 lo, hi = max(lo_b, s.start), min(hi_b, s.start + s.numel)
                 if lo >= hi:
                     continue
-                flat = s.param.data.view(-1)[lo - s.start:hi - s.start]
-                alias = s.param.dtype == torch.float32
-                master = flat if alias else flat.detach().float().clone()
-                grad = buf.grads[lo:hi]
-                self.pieces.append(Piece(s.name, s.param, lo - s.start, hi - s.start, master, grad, bi, alias))
+                self.pieces.append(Piece(s.name, s.param, lo - s.start, hi - s.start,
+                                         master.data[lo - lo_b:hi - lo_b], buf.grads[lo:hi], bi, alias, lo - lo_b))
         self.optimizer = self._make_torch_optimizer()
         self.found_inf_steps = 0
         self.stage_copies = link_stage_copies(list(model) if isinstance(model, nn.ModuleList) else [model], state)
+        self._norm_ranges = self._counted_ranges()
 
     # -------------------------------------------------------------------------------------- plumbing
     def _make_torch_optimizer(self) -> torch.optim.Optimizer:
-        decay, no_decay = [], []
-        for pc in self.pieces:
-            pc.master_param = nn.Parameter(pc.master, requires_grad=False) if not isinstance(pc.master, nn.Parameter) else pc.master
-            (no_decay if no_weight_decay(pc.name, pc.param) else decay).append(pc.master_param)
+        """torch's own update rule on each group's single flat master (Adam: the fused kernel). Weight decay
+        is applied here, on the decayed prefix, exactly as torch applies it per parameter (so the torch
+        optimizer runs with ``weight_decay=0``): AdamW multiplies by ``1 - lr·wd`` first; Adam and SGD add
+        ``wd·param`` to the gradient."""
+        params = [g.master for g in self.groups] or [nn.Parameter(torch.zeros(1))]
         c = self.cfg
-        groups = [{"params": decay, "weight_decay": c.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
-        groups = [g for g in groups if g["params"]] or [{"params": [nn.Parameter(torch.zeros(1))]}]
+        # torch's fused Adam kernel: one pass over each flat master (5× the single-tensor path on this CPU;
+        # it agrees with it to within an ulp of the parameters)
+        fused = True if params[0].device.type in ("cpu", "cuda") else None
         if c.name == "adamw":
-            return torch.optim.AdamW(groups, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, foreach=False)
-        if c.name == "adam":  # L2 penalty folded into the gradient, as torch.optim.Adam does
-            return torch.optim.Adam(groups, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, foreach=False)
+            return torch.optim.AdamW(params, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, weight_decay=0.0,
+                                     fused=fused)
+        if c.name == "adam":
+            return torch.optim.Adam(params, lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, fused=fused)
         if c.name == "sgd":
-            return torch.optim.SGD(groups, lr=c.lr, momentum=c.momentum, foreach=False)
+            return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, foreach=False)
         raise ValueError(f"unknown optimizer '{c.name}' (adamw | adam | sgd)")
+
+    def _group_of(self, pc: Piece) -> FlatGroup:
+        return self.groups[pc.buffer]
+
+    def piece_state(self, pc: Piece) -> dict:
+        """The optimizer state of one piece (moments as views of its elements; the step count shared)."""
+        g = self._group_of(pc)
+        n = pc.hi - pc.lo
+        return {k: (v[pc.offset:pc.offset + n] if torch.is_tensor(v) and v.shape == g.master.shape else v)
+                for k, v in self.optimizer.state.get(g.master, {}).items()}
+
+    def load_piece_state(self, pc: Piece, entry: dict) -> None:
+        """Set one piece's optimizer state from per-piece tensors (``{}``: no state yet, e.g. a checkpoint
+        taken before the first step)."""
+        g = self._group_of(pc)
+        if not entry:
+            self.optimizer.state.pop(g.master, None)
+            return
+        st = self.optimizer.state.setdefault(g.master, {})
+        n = pc.hi - pc.lo
+        for k, v in entry.items():
+            if torch.is_tensor(v) and v.dim() == 1 and v.numel() == n:
+                if k not in st or not torch.is_tensor(st[k]) or st[k].shape != g.master.shape:
+                    st[k] = torch.zeros_like(g.master.data)
+                st[k][pc.offset:pc.offset + n].copy_(v)
+            else:
+                st[k] = v.to(g.master.device, copy=True) if torch.is_tensor(v) else v  # fused: step on the device
 
     def zero_grad(self) -> None:
         for buf in self.buffers:
@@ -165,21 +222,39 @@ class DistributedOptimizer:
                 seen.add(id(p))
                 yield p
 
+    def _counted(self, pc: Piece) -> bool:
+        """Whether this rank counts ``pc`` in the global gradient norm (each distinct element once)."""
+        st = self.state
+        if getattr(pc.param, "tp_dim", None) is None and st.tp_rank != 0:
+            return False  # replicated over TP: counted by TP rank 0
+        if shares_embedding(self.model) and not st.is_first_stage and is_output_head(pc.name):
+            return False  # tied copy: counted on the first stage
+        return not is_secondary_copy(pc.param)  # another stage's copy of the same parameter counts it
+
+    def _counted_ranges(self) -> list[list[tuple[int, int]]]:
+        """Per group, the element ranges of its counted pieces, adjacent ones merged (usually one)."""
+        out = []
+        for g in self.groups:
+            ranges: list[tuple[int, int]] = []
+            for pc in self.pieces:
+                if pc.buffer != g.buffer or not self._counted(pc):
+                    continue
+                lo, hi = pc.offset, pc.offset + pc.hi - pc.lo
+                if ranges and ranges[-1][1] == lo:
+                    ranges[-1] = (ranges[-1][0], hi)
+                else:
+                    ranges.append((lo, hi))
+            out.append(ranges)
+        return out
+
     def _grad_norm(self) -> float:
         """Global L2 norm: each distinct gradient element counted once across all ranks."""
         st = self.state
         dev = self.buffers[0].grads.device if self.buffers else torch.device("cpu")
         sq = [torch.zeros((), dtype=torch.float64, device=dev) for _ in self.buffers]
-        for pc in self.pieces:
-            p = pc.param
-            if getattr(p, "tp_dim", None) is None and st.tp_rank != 0:
-                continue  # replicated over TP: counted by TP rank 0
-            if shares_embedding(self.model) and not st.is_first_stage and \
-                    is_output_head(pc.name):
-                continue  # tied copy: counted on the first stage
-            if is_secondary_copy(p):
-                continue  # another stage's copy of the same parameter counts it
-            sq[pc.buffer] += pc.grad.double().pow(2).sum()
+        for g, ranges in zip(self.groups, self._norm_ranges):
+            for lo, hi in ranges:
+                sq[g.buffer] += torch.linalg.vector_norm(g.grad[lo:hi], dtype=torch.float64).square()
         total = torch.zeros((), dtype=torch.float64, device=dev)
         for bi, buf in enumerate(self.buffers):
             if self.distributed:
@@ -211,24 +286,31 @@ class DistributedOptimizer:
         """Steps 4–5 on already reduced gradients."""
         factor = grad_scale / loss_scale
         if factor != 1.0:
-            for pc in self.pieces:
-                pc.grad.mul_(factor)
+            for g in self.groups:
+                g.grad.mul_(factor)
         norm = self._grad_norm()
         if not math.isfinite(norm):
             self.found_inf_steps += 1
             return False, norm
         if self.cfg.clip_grad and self.cfg.clip_grad > 0 and norm > self.cfg.clip_grad:
             coef = self.cfg.clip_grad / (norm + 1e-6)
-            for pc in self.pieces:
-                pc.grad.mul_(coef)
-        for pc in self.pieces:
-            pc.master_param.grad = pc.grad
+            for g in self.groups:
+                g.grad.mul_(coef)
         self.set_lr(lr)
+        wd = self.cfg.weight_decay
+        for g in self.groups:
+            d = g.decay_end
+            if wd and d:
+                if self.cfg.name == "adamw":
+                    g.master.data[:d].mul_(1 - lr * wd)
+                else:  # L2 in the gradient (the reduced buffer is not read again before zero_grad)
+                    g.grad[:d].add_(g.master.data[:d], alpha=wd)
+            g.master.grad = g.grad
         self.optimizer.step()
-        for pc in self.pieces:
-            pc.master_param.grad = None
-            if not pc.alias:
-                pc.param.data.view(-1)[pc.lo:pc.hi].copy_(pc.master)
+        for g in self.groups:
+            g.master.grad = None
+            if not g.alias:
+                self.buffers[g.buffer].params[g.lo:g.hi].copy_(g.master.data)
         if self.distributed:
             for buf in self.buffers:
                 if buf.group is not None:
@@ -242,10 +324,9 @@ class DistributedOptimizer:
         """Per-piece optimizer state keyed by (parameter name, lo, hi) so it can be resharded."""
         out = {}
         for pc in self.pieces:
-            st = self.optimizer.state.get(pc.master_param, {})
             out[f"{pc.name}:{pc.lo}:{pc.hi}"] = {"master": pc.master.clone(),
                                                  **{k: (v.clone() if torch.is_tensor(v) else v)
-                                                    for k, v in st.items()}}
+                                                    for k, v in self.piece_state(pc).items()}}
         return {"pieces": out, "found_inf_steps": self.found_inf_steps}
 
     def load_state_dict(self, sd: dict) -> None:
@@ -257,7 +338,5 @@ class DistributedOptimizer:
             pc.master.copy_(entry.pop("master"))
             if not pc.alias:
                 pc.param.data.view(-1)[pc.lo:pc.hi].copy_(pc.master)
-            if entry:
-                self.optimizer.state[pc.master_param] = {k: (v.clone() if torch.is_tensor(v) else v)
-                                                         for k, v in entry.items()}
+            self.load_piece_state(pc, entry)
         self.found_inf_steps = sd.get("found_inf_steps", 0)

@@ -27,6 +27,7 @@ from torch import nn
 
 from ..errors import LayoutError
 from ..models.bert import LMTransform, Pooler
+from ..models.loss import blocked_cross_entropy
 from ..models.t5 import RelativePositionBias, T5Stack
 from ..models.mlp import MLP
 from ..models.transformer import Attention, AttentionCore, CrossEntropy, Embedding, TransformerBlock
@@ -109,38 +110,6 @@ class VocabParallelEmbedding(nn.Module):
         return reduce_from_tp(out, self.group)
 
 
-class _VocabParallelCE(torch.autograd.Function):
-    """Cross-entropy over logits split by vocabulary: max, Σexp and the target logit are all-reduced."""
-
-    @staticmethod
-    def forward(ctx, logits, labels, start, vocab_size, group):
-        logits = logits.float()
-        local_v = logits.size(-1)
-        cols = torch.arange(start, start + local_v, device=logits.device)
-        logits = logits.masked_fill(cols >= vocab_size, float("-inf"))  # padded vocabulary never counts
-        lmax = logits.max(dim=-1).values
-        dist.all_reduce(lmax, op=dist.ReduceOp.MAX, group=group)
-        shifted = logits - lmax[..., None]
-        local = labels - start
-        mine = (local >= 0) & (local < local_v)
-        idx = local.clamp(0, local_v - 1)
-        target = shifted.gather(-1, idx[..., None]).squeeze(-1).masked_fill(~mine, 0.0)
-        dist.all_reduce(target, group=group)
-        exp = shifted.exp()
-        sum_exp = exp.sum(dim=-1)
-        dist.all_reduce(sum_exp, group=group)
-        loss = sum_exp.log() - target
-        ctx.save_for_backward(exp.div_(sum_exp[..., None]), idx, mine)
-        return loss
-
-    @staticmethod
-    def backward(ctx, g):
-        softmax, idx, mine = ctx.saved_tensors
-        grad = softmax
-        grad.scatter_add_(-1, idx[..., None], -mine[..., None].to(grad.dtype))
-        return grad * g[..., None], None, None, None, None
-
-
 class VocabParallelCrossEntropy(CrossEntropy):
     """Drop-in for :class:`~mwb.core.models.transformer.CrossEntropy` on vocab-sharded logits: only the
     per-token losses differ; masking and summing are inherited."""
@@ -150,8 +119,13 @@ class VocabParallelCrossEntropy(CrossEntropy):
         self.group = group
 
     def token_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Blocked cross-entropy on this rank's vocabulary columns, log-sum-exps and target logits combined
+        over the TP group (:func:`~mwb.core.models.loss.blocked_cross_entropy`)."""
         start = group_rank(self.group) * logits.size(-1)
-        return _VocabParallelCE.apply(logits, labels.clamp(min=0), start, self.vocab_size, self.group)
+        group = self.group
+        return blocked_cross_entropy(logits, labels.clamp(min=0), self.vocab_size, start,
+                                     reduce_max=lambda t: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group),
+                                     reduce_sum=lambda t: dist.all_reduce(t, group=group))
 
 
 # ------------------------------------------------------------------------------------------ the plan

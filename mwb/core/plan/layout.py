@@ -68,6 +68,7 @@ class Hardware:
     inter_node_bw: float = 25.0
     efficiency: float = 0.5
     memory_reserve_gib: float = 2.0
+    power_w: float = 400.0  # per GPU at full load (the board's TDP): the energy estimate's device power
 
     @property
     def usable_bytes(self) -> float:
@@ -80,11 +81,12 @@ class Hardware:
 
 # Dense bf16 peak, memory, NVLink bus bandwidth (measured all-reduce busbw is ~75% of the link's 300/450 GB/s)
 # and one 200 Gb/s HDR (A100 DGX) or 400 Gb/s NDR (H100/H200 DGX) NIC per GPU.
+# TDP: 400 W for the A100 SXM, 700 W for the H100 and H200 SXM (NVIDIA's data sheets).
 HARDWARE = {
-    "a100-40gb": Hardware("a100-40gb", 312.0, 40.0, 8, 230.0, 25.0),
-    "a100-80gb": Hardware("a100-80gb", 312.0, 80.0, 8, 230.0, 25.0),
-    "h100-80gb": Hardware("h100-80gb", 989.0, 80.0, 8, 360.0, 50.0),
-    "h200-141gb": Hardware("h200-141gb", 989.0, 141.0, 8, 360.0, 50.0),
+    "a100-40gb": Hardware("a100-40gb", 312.0, 40.0, 8, 230.0, 25.0, power_w=400.0),
+    "a100-80gb": Hardware("a100-80gb", 312.0, 80.0, 8, 230.0, 25.0, power_w=400.0),
+    "h100-80gb": Hardware("h100-80gb", 989.0, 80.0, 8, 360.0, 50.0, power_w=700.0),
+    "h200-141gb": Hardware("h200-141gb", 989.0, 141.0, 8, 360.0, 50.0, power_w=700.0),
 }
 
 

@@ -5,6 +5,7 @@ planner whose output needs the source to interpret is not a planner.
 """
 from __future__ import annotations
 
+from ..training.energy import plan_energy
 from .cost import Estimate
 from .formulas import STATE_BYTES, paper_flops_per_iteration, paper_parameter_count
 from .model import ModelShape, flops_per_iteration
@@ -39,6 +40,30 @@ def flops_summary(result: PlanResult) -> dict:
         out["paper_formula"] = paper_flops_per_iteration(B, shape.seq_length, shape.num_layers, shape.h,
                                                          shape.padded_vocab(1))
     return out
+
+
+def energy_estimate(result: PlanResult, train_tokens: float, grid_gco2_per_kwh: float, pue: float = 1.0) -> dict:
+    """Energy and CO2e of training on ``train_tokens`` tokens: model FLOPs (no recompute) per token ×
+    tokens, run at the MFU the best layout's estimate reaches (the hardware's efficiency when none fits),
+    every GPU at its board power."""
+    per_token = flops_summary(result)["per_token"]["none"]
+    best, hw = result.best, result.hardware
+    mfu = best.mfu if best is not None else hw.efficiency
+    out = plan_energy(per_token * train_tokens, result.workload.gpus, hw.peak_tflops, mfu, hw.power_w,
+                      grid_gco2_per_kwh, pue)
+    out["train_tokens"] = train_tokens
+    out["mfu_from"] = "best layout" if best is not None else "--efficiency (no layout fits)"
+    return out
+
+
+def render_energy(e: dict, gpus: int) -> list[str]:
+    return ["", f"energy of the planned run ({e['train_tokens']:.3g} tokens; model FLOPs / (GPUs · peak · MFU) "
+                f"× GPUs × device power{' × PUE' if e['pue'] != 1 else ''})",
+            f"  training FLOPs       {e['train_flops']:.3e}   at MFU {e['mfu']:.0%} ({e['mfu_from']})",
+            f"  time                 {e['seconds'] / 86400:,.1f} days on {gpus} GPUs = {e['gpu_hours']:,.0f} GPU-hours",
+            f"  energy               {e['energy_mwh']:,.1f} MWh = {e['energy_j']:.3e} J at {e['device_power_w']:g} W "
+            f"per GPU" + (f", PUE {e['pue']:g}" if e['pue'] != 1 else ""),
+            f"  CO2e                 {e['co2e_t']:,.1f} t at {e['grid_gco2_per_kwh']:g} gCO2e/kWh"]
 
 
 def to_dict(result: PlanResult, top: int = 10) -> dict:

@@ -3,7 +3,8 @@
 Only rank 0 logs; every number comes from the :class:`~mwb.core.training.trainer.StepResult` computed once
 by the trainer. Model FLOPs per token use the standard 6·N + attention estimate (Kaplan/Megatron:
 forward + backward = 3× forward, forward = 2·N + 2·L·s·h per token), and MFU divides achieved FLOP/s by the
-configured peak.
+configured peak. Every step record carries the run's energy so far (joules, kWh, gCO2e); at the end the
+run's total goes to ``energy.json`` and one printed line that names the source (:mod:`.energy`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ import math
 import os
 import sys
 from typing import Optional
+
+import torch
+
+from ..config import EnergyConfig
+from .energy import EnergyMeter
 
 
 def flops_per_token(n_params_nonembed: int, num_layers: int, seq_length: int, hidden: int) -> float:
@@ -22,7 +28,8 @@ def flops_per_token(n_params_nonembed: int, num_layers: int, seq_length: int, hi
 class MetricsLogger:
     def __init__(self, out_dir: str, total_steps: int, enabled: bool, tensorboard: bool = True,
                  progress: bool = True, flops_per_tok: Optional[float] = None, peak_tflops: Optional[float] = None,
-                 world_size: int = 1, start_step: int = 0, log_interval: int = 10) -> None:
+                 world_size: int = 1, start_step: int = 0, log_interval: int = 10,
+                 energy: Optional[EnergyConfig] = None) -> None:
         self.enabled, self.out_dir = enabled, out_dir
         self.total_steps, self.log_interval = total_steps, max(int(log_interval), 1)
         self.flops_per_tok, self.peak = flops_per_tok, peak_tflops
@@ -32,8 +39,14 @@ class MetricsLogger:
         self.tb = None
         self.bar = None
         self.plain = False
+        self.meter: Optional[EnergyMeter] = None
+        self.summary: dict = {}
+        self._last_j = 0.0
+        self._steps = 0
         if not enabled:
             return
+        cuda = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        self.meter = EnergyMeter(energy or EnergyConfig(), cuda_index=cuda, scale=float(world_size))
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, "metrics.jsonl")
         if start_step > 0 and os.path.exists(path):  # resume: keep only steps before the resumed one
@@ -88,6 +101,11 @@ class MetricsLogger:
             rec.update(extra)
         if not self.enabled:
             return rec
+        reading = self.meter.read()
+        rec["step_energy_j"] = reading.joules - self._last_j
+        rec.update(reading.record(self.meter.cfg.grid_gco2_per_kwh))
+        self._last_j = reading.joules
+        self._steps += 1
         self.file.write(json.dumps(_finite(rec)) + "\n")
         self.file.flush()
         self.train_points.append((res.step, res.loss))
@@ -163,6 +181,14 @@ class MetricsLogger:
             return None
         if self.bar is not None:
             self.bar.close()
+        reading = self.meter.read()
+        self.summary = {"steps": self._steps, **reading.record(self.meter.cfg.grid_gco2_per_kwh),
+                        "grid_gco2_per_kwh": self.meter.cfg.grid_gco2_per_kwh, "energy_source": reading.source}
+        path = os.path.join(self.out_dir, "energy.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(_finite(self.summary), f, indent=1)
+        os.replace(path + ".tmp", path)
+        print(f"mwb: {self.meter.summary_line(reading)}", file=sys.stderr, flush=True)
         self.file.close()
         if self.tb is not None:
             self.tb.close()

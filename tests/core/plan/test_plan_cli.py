@@ -64,3 +64,19 @@ def test_hardware_choices_match_the_table():
     from mwb.cli.plan import HARDWARE_NAMES
     from mwb.core.plan import HARDWARE
     assert sorted(HARDWARE_NAMES) == sorted(HARDWARE)
+
+
+def test_plan_prints_the_energy_of_the_planned_run(capsys):
+    """MT-NLG 530B's setting: 2,240 A100s, batch 1,920 × 2,048, 270 B tokens. The printed energy is the
+    model FLOPs over (GPUs · peak · MFU) seconds at 400 W per GPU; the JSON carries the same numbers."""
+    args = ("--preset", "gpt-530b", "--gpus", "2240", "--global-batch-size", "1920", "--train-tokens", "270e9")
+    code, out, err = _run(capsys, *args)
+    assert code == 0, err
+    assert "energy of the planned run" in out and "MWh" in out and "CO2e" in out and "475 gCO2e/kWh" in out
+    code, out, _ = _run(capsys, *args, "--json", "--grid-gco2", "100", "--device-power", "500")
+    e = json.loads(out)["energy"]
+    per_token = json.loads(out)["flops_per_iteration"]["per_token"]["none"]
+    assert e["train_flops"] == pytest.approx(per_token * 270e9)
+    seconds = e["train_flops"] / (2240 * 312e12 * e["mfu"])
+    assert e["energy_j"] == pytest.approx(seconds * 2240 * 500.0)
+    assert e["co2e_t"] == pytest.approx(e["energy_j"] / 3.6e6 * 100 / 1e6) and 0 < e["mfu"] < 1

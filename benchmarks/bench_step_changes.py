@@ -1,0 +1,130 @@
+"""Each training-step change of issue 24 against what it replaced, measured alternately in one run.
+
+  optimizer      the flat-buffer step (one AdamW update per buffer, decay on one prefix) against torch's
+                 AdamW over every parameter separately (``foreach=False``: one pow/sqrt/div/addcdiv per
+                 parameter, the step before), same gradients, same clip
+  cross-entropy  the blocked cross-entropy against ``F.cross_entropy(logits[..., :V].float())``, forward +
+                 backward on [B·s, V_pad] logits, and the bytes autograd keeps for backward
+  precision      a whole training step in bf16 (fp32 master weights, fp32 gradient buffer) against fp32
+  compile        a whole training step with ``train.compile`` against eager (after the compile warm-up)
+
+    python benchmarks/bench_step_changes.py                    # GPT-2 small width, 4 layers, seq 512, batch 2
+    python benchmarks/bench_step_changes.py --layers 2 --seq 128 --reps 3 --skip compile
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from bench_train_throughput import SHAPES, alternate, build  # noqa: E402
+
+
+def best_median(fns: dict, reps: int) -> dict:
+    """{name: (best, median)} seconds over ``reps`` alternating calls after one warm-up."""
+    return {k: (min(v), statistics.median(v)) for k, v in alternate(fns, reps, 1).items()}
+
+
+def row(name: str, base: str, new: str, r: dict, note: str = "") -> None:
+    (bb, bm), (nb, nm) = r[base], r[new]
+    print(f"| {name} | {base}: {bb:.4f} / {bm:.4f} | {new}: {nb:.4f} / {nm:.4f} | {bb / nb:.2f}× | "
+          f"{bm / nm:.2f}× | {note} |")
+
+
+def bench_optimizer(args) -> None:
+    trainer = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
+    trainer.train_step()  # real gradients in the buffer and optimizer state
+    opt = trainer.optimizer
+    params = [p for p in trainer.model.parameters()]
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for c, p in zip(copies, params):
+        c.grad = p.main_grad.clone()
+    decay = [c for c, p, (n, _) in zip(copies, params, trainer.model.named_parameters())
+             if not (p.dim() == 1 or n.endswith(".bias"))]
+    rest = [c for c in copies if all(c is not d for d in decay)]
+    ref = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), foreach=False)
+
+    def per_parameter():
+        norm = torch.nn.utils.clip_grad_norm_(copies, 1.0, foreach=False)
+        ref.step()
+        return norm
+
+    r = best_median({"per-parameter": per_parameter, "flat": lambda: opt.apply(3e-4)}, args.reps)
+    n = sum(p.numel() for p in params)
+    row("optimizer (clip + AdamW)", "per-parameter", "flat", r, f"{len(params)} tensors, {n / 1e6:.1f}M params")
+
+
+def bench_cross_entropy(args) -> None:
+    from mwb.core.models.loss import blocked_cross_entropy
+    vocab = SHAPES[args.shape]["model"]["vocab_size"]
+    padded = -(-vocab // 128) * 128
+    n = args.batch * args.seq
+    logits = torch.randn(n, padded)
+    labels = torch.randint(0, vocab, (n,))
+
+    def saved_bytes(fn) -> int:
+        seen = {}
+        with torch.autograd.graph.saved_tensors_hooks(
+                lambda t: seen.setdefault(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) and t,
+                lambda t: t):
+            fn()
+        return sum(seen.values())
+
+    def old():
+        x = logits.clone().requires_grad_(True)
+        F.cross_entropy(x[:, :vocab].float(), labels, reduction="none").sum().backward()
+
+    def new():
+        x = logits.clone().requires_grad_(True)
+        blocked_cross_entropy(x, labels, vocab).sum().backward()
+
+    r = best_median({"F.cross_entropy": old, "blocked": new}, args.reps)
+    sb_old = saved_bytes(lambda: F.cross_entropy(logits.clone().requires_grad_(True)[:, :vocab].float(), labels))
+    sb_new = saved_bytes(lambda: blocked_cross_entropy(logits.clone().requires_grad_(True), labels, vocab))
+    row("cross-entropy fwd+bwd", "F.cross_entropy", "blocked", r,
+        f"[{n}, {padded}] fp32; kept for backward {sb_old / 2**20:.0f} → {sb_new / 2**20:.0f} MiB")
+
+
+def bench_step(args, variant: str) -> None:
+    base = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
+    other = build(args.shape, args.layers, args.batch, args.seq, "bf16" if variant == "precision" else "fp32",
+                  variant == "compile")
+    other.train_step()  # compile warm-up outside the timing
+    name = "bf16" if variant == "precision" else "compiled"
+    r = best_median({"fp32 eager": base.train_step, name: other.train_step}, args.reps)
+    row(f"training step ({variant})", "fp32 eager", name, r, f"{args.batch}×{args.seq} tokens")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="gpt2")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["optimizer", "cross-entropy", "precision", "compile"])
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"# {args.shape} width, {args.layers} layers, seq {args.seq} × batch {args.batch}, {args.threads} "
+          f"thread(s), {args.reps} alternating reps; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+    print("| change | before: best / median s | after: best / median s | speed-up (best) | (median) | note |")
+    print("| --- | --- | --- | ---: | ---: | --- |")
+    if "optimizer" not in args.skip:
+        bench_optimizer(args)
+    if "cross-entropy" not in args.skip:
+        bench_cross_entropy(args)
+    for v in ("precision", "compile"):
+        if v not in args.skip:
+            bench_step(args, v)
+
+
+if __name__ == "__main__":
+    main()
