@@ -197,7 +197,7 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
             f"per forward: {cfg.train.micro_batch_size * trainer.dims.dp} questions", file=sys.stderr)
     logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
                            progress=cfg.logging.progress, world_size=world, start_step=start,
-                           log_interval=cfg.logging.log_interval)
+                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
     trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train, extra_files=extras, say=say, saved=latest)
 

@@ -104,7 +104,7 @@ def rank_main(tree: dict, job: dict) -> None:
         checkpoint.latest_dir(ckpt_root) else 0
     logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
                            progress=cfg.logging.progress, world_size=world, start_step=start,
-                           log_interval=cfg.logging.log_interval)
+                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
     steps_per_epoch = job["steps_per_epoch"]
     dev_steps = max(1, len(dev_f) // cfg.train.global_batch_size)
     metric = "dev_loss" if obj is generative else task.metric
