@@ -219,3 +219,13 @@ def pair_inputs(a: list[int], b: list[int], tokenizer, seq_length: int, truncate
     return {"tokens": np.array(ids + [tokenizer.pad] * pad, dtype=np.int64),
             "types": np.array(types + [0] * pad, dtype=np.int64),
             "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}
+
+
+def single_inputs(ids: list[int], tokenizer, seq_length: int) -> dict:
+    """``[CLS] ids [SEP]`` (cut to fit) with token types 0 and padding: one-sentence classification."""
+    tokenizer.require("cls", "sep", "pad", purpose="sentence classification inputs")
+    ids = [tokenizer.cls] + ids[: seq_length - 2] + [tokenizer.sep]
+    pad = seq_length - len(ids)
+    return {"tokens": np.array(ids + [tokenizer.pad] * pad, dtype=np.int64),
+            "types": np.zeros(seq_length, dtype=np.int64),
+            "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}
