@@ -4,7 +4,8 @@ Data: one folder per dataset with ``train.tsv``, ``devel.tsv`` and ``test.tsv``;
 ``token<TAB>label`` and a blank line ends a sentence. Labels are ``B``/``I``/``O`` or typed (``B-Disease``);
 the label set is every label of the folder's files (``O`` first, then sorted), fixed before the model is
 built (:meth:`prepare`), so fine-tuning and ``mwb eval`` agree. ``--train-with-dev`` trains on train + devel,
-as BioBERT's final runs do. The dev split is ``devel.tsv``.
+as BioBERT's final runs do. The dev split is ``devel.tsv``. The bundled default is a small silver chemical
+set made from MEDLINE (:mod:`.ner_silver`; its labels are distant supervision, not BC5CDR).
 
 Inputs: ``[CLS] word pieces [SEP]``, each word encoded on its own (a space before every word but the first,
 so byte-level BPE sees word starts); only the first sub-token of a word carries its label, the others
@@ -26,6 +27,7 @@ from mwb.evaluation.ner_metrics import entity_scores, split_tag
 from .base import Option, Task
 from .registry import register
 
+SILVER = os.path.join(os.path.dirname(__file__), "data", "ner_silver_chem")
 SPLIT_FILES = {"train": "train.tsv", "dev": "devel.tsv", "devel": "devel.tsv", "test": "test.tsv"}
 
 
@@ -33,7 +35,7 @@ def split_file(folder: str, split: str) -> str:
     return os.path.join(folder, SPLIT_FILES.get(split, split + ".tsv"))
 
 
-def read_conll(path: str) -> list[dict]:
+def read_conll(path: str, allow_empty: bool = False) -> list[dict]:
     """Sentences of a ``token<TAB>label`` file as ``{"id", "words", "tags"}`` (``-DOCSTART-`` lines skipped)."""
     if not os.path.isfile(path):
         raise DataError(f"NER file {path} not found (BioBERT layout: train.tsv, devel.tsv, test.tsv)")
@@ -55,7 +57,7 @@ def read_conll(path: str) -> list[dict]:
             tags.append(parts[1])
     if words:
         out.append({"id": f"{os.path.basename(path)}#{len(out)}", "words": words, "tags": tags})
-    if not out:
+    if not out and not allow_empty:
         raise DataError(f"{path} holds no sentences")
     return out
 
@@ -66,7 +68,7 @@ def label_set(folder: str) -> list[str]:
     for name in sorted(set(SPLIT_FILES.values())):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
-            found.update(t for s in read_conll(path) for t in s["tags"])
+            found.update(t for s in read_conll(path, allow_empty=True) for t in s["tags"])
     if not found:
         raise DataError(f"no NER files under {folder} (BioBERT layout: train.tsv, devel.tsv, test.tsv)")
     return ["O"] + sorted(found - {"O"})
@@ -97,6 +99,7 @@ class NER(Task):
     description = "biomedical NER (BioBERT layout token<TAB>label): first-sub-token tagging, conlleval entity F1"
     objective = "token_classification"
     metric = "f1"
+    default_data = SILVER
     options = {**Task.options,
                "train_with_dev": Option(bool, False, "Train on train.tsv + devel.tsv (BioBERT's final setting).")}
 

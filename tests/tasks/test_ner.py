@@ -67,6 +67,13 @@ def test_biobert_folder_labels_and_first_subtoken_inputs(tmp_path):
     assert task.metrics([task.decode(np.zeros((len(short["label"]), 4)), short)], [ex])["f1"] == 0.0
 
 
+def test_bundled_silver_set_reads():
+    task = NER()
+    task.prepare(task.default_data)
+    assert task.labels == ["O", "B", "I"]
+    assert len(task.read(task.default_data, "train")) > 500 and len(task.read(task.default_data, "dev")) > 100
+
+
 @pytest.mark.parametrize("content,needle", [("word B-X extra\n", "token<TAB>label"), ("word\tX-Foo\n", "X-Foo")])
 def test_malformed_line_names_file_and_line(tmp_path, content, needle):
     p = tmp_path / "train.tsv"
