@@ -32,7 +32,8 @@ class _MultiValueCommand(click.Command):
 @click.command(cls=_MultiValueCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--input", "inputs", multiple=True, required=True, metavar="FILE [FILE...]",
               help="Input files: .jsonl/.json (one JSON object per line; a .json array also works), .txt, "
-                   ".parquet, .csv/.tsv, .arrow; .jsonl/.txt may be .gz. Read in the order given.")
+                   ".parquet, .csv/.tsv, .arrow, MEDLINE/PubMed .xml (title + abstract per citation, key text); "
+                   ".jsonl/.txt/.xml may be .gz. Read in the order given.")
 @click.option("--output-prefix", required=True, metavar="P",
               help="Writes P_{key}_document.bin/.idx (or P_{key}_sentence.* with --split-sentences).")
 @click.option("--tokenizer", required=True, metavar="T",

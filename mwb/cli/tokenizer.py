@@ -50,3 +50,32 @@ def info(path, text):
     if text is not None:
         ids = tok.encode(text)
         click.echo(f"ids: {ids}\ndecoded: {tok.decode(ids)!r}")
+
+
+@tokenizer.command()
+@click.argument("tokenizers", nargs=-1, required=True)
+@click.option("--text", "texts", multiple=True, required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Held-out text: any `mwb preprocess` input (.txt, .jsonl, MEDLINE .xml.gz, ...); repeatable.")
+@click.option("--terms", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Domain terms, one per line: the share each tokenizer keeps whole (every word one piece).")
+@click.option("--json-keys", "json_keys", multiple=True, default=("text",), show_default=True,
+              help="Keys to read from JSONL/parquet inputs.")
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False), help="Also write the rows as JSON.")
+def report(tokenizers, texts, terms, json_keys, json_out):
+    """Compare TOKENIZERS on held-out text: pieces per word, words and domain terms kept whole."""
+    import json
+
+    from mwb.core.checkpoint.format import atomic_write_text
+    from mwb.core.data.readers import iter_texts
+    from mwb.core.tokenizers import load_tokenizer
+    from mwb.core.tokenizers.report import format_report, vocab_report, word_counts
+
+    counts = word_counts(iter_texts(list(texts), list(json_keys)))
+    term_list = None
+    if terms:
+        with open(terms, encoding="utf-8") as f:
+            term_list = [line.strip() for line in f if line.strip()]
+    rows = {path: vocab_report(load_tokenizer(path), counts, term_list) for path in tokenizers}
+    click.echo(format_report(rows))
+    if json_out:
+        atomic_write_text(json_out, json.dumps(rows, indent=1) + "\n")

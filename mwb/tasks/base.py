@@ -93,6 +93,18 @@ class Task:
                     "f1": _mean(squad_f1(p, g) for p, g in zip(preds, golds)), "count": len(preds)}
         return {"accuracy": _mean(int(p == e["label"]) for p, e in zip(preds, examples)), "count": len(preds)}
 
+    def prepare(self, path: str) -> None:
+        """Called with the data path before the model is built, by fine-tuning and ``mwb eval`` alike: a task
+        whose label set comes from the data (NER tags) sets ``num_labels`` here. Default: nothing."""
+
+    def decode(self, logits: np.ndarray, feature: dict):
+        """One encoder feature's prediction from its logits (``[labels]``, ``[choices]``, ``[seq, labels]`` or
+        span ``[seq, 2]``): argmax (span: start and end). Tasks that map predictions back to words or text
+        (NER first sub-tokens, span n-best lists) override it; ``feature`` is what :meth:`inputs` returned."""
+        if self.objective == "span":
+            return int(logits[:, 0].argmax()), int(logits[:, 1].argmax())
+        return logits.argmax(-1).tolist()
+
     # --- harness steps (evaluation); objectives implement them, custom tasks override ----------------------
     def data_path(self, path: Optional[str]) -> str:
         if path:
@@ -206,4 +218,14 @@ def pair_inputs(a: list[int], b: list[int], tokenizer, seq_length: int, truncate
     pad = seq_length - len(ids)
     return {"tokens": np.array(ids + [tokenizer.pad] * pad, dtype=np.int64),
             "types": np.array(types + [0] * pad, dtype=np.int64),
+            "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}
+
+
+def single_inputs(ids: list[int], tokenizer, seq_length: int) -> dict:
+    """``[CLS] ids [SEP]`` (cut to fit) with token types 0 and padding: one-sentence classification."""
+    tokenizer.require("cls", "sep", "pad", purpose="sentence classification inputs")
+    ids = [tokenizer.cls] + ids[: seq_length - 2] + [tokenizer.sep]
+    pad = seq_length - len(ids)
+    return {"tokens": np.array(ids + [tokenizer.pad] * pad, dtype=np.int64),
+            "types": np.zeros(seq_length, dtype=np.int64),
             "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}

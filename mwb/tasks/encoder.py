@@ -61,7 +61,7 @@ def report_missing(spec: EncoderSpec, say) -> None:
 
 def dev_predictions(task, trainer, features: list[dict], tokenizer) -> list:
     """Predictions of the model being trained (every TP rank calls this; pipeline stages are refused at build)."""
-    return predict(trainer.chunks[0], features, trainer.cfg.train.micro_batch_size, trainer.device)
+    return predict(trainer.chunks[0], features, trainer.cfg.train.micro_batch_size, trainer.device, task.decode)
 
 
 # ------------------------------------------------------------------------------------------- harness
@@ -98,4 +98,5 @@ def build(task, examples: list[dict], runner: EncoderRunner) -> list[dict]:
 
 
 def run(task, runner: EncoderRunner, items) -> list:
-    return predict(runner.model, list(items), runner.batch_size, next(runner.model.parameters()).device)
+    return predict(runner.model, list(items), runner.batch_size, next(runner.model.parameters()).device,
+                   task.decode)

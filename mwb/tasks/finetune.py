@@ -82,6 +82,7 @@ def rank_main(tree: dict, job: dict) -> None:
     obj = objective_module(task)
     tok = load_tokenizer(job["tokenizer"])
     seq = cfg.train.seq_length
+    task.prepare(job["data"])
     train_ex = task.read(job["data"], task.train_split)
     dev_ex = task.read(job["data"], task.eval_split)
     if obj is generative:

@@ -24,6 +24,7 @@ def evaluate_checkpoint(task, checkpoint: str, data: Optional[str] = None, token
                         limit: Optional[int] = None, device=None) -> dict:
     """``{"metrics", "num_examples", "seconds", ...}`` of ``task`` for ``checkpoint`` on this process (one
     data-parallel rank of the launched group, if any), plus the run config under ``"config"``."""
+    task.prepare(task.data_path(data))
     cfg, runner = task.load_model(checkpoint, tokenizer, device=device)
     if "seq_length" in task.options and task.opts.get("seq_length") is None and hasattr(runner, "max_length"):
         # default context: the length an mwb model was trained at; a Hugging Face model's full context

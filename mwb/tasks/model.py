@@ -134,18 +134,17 @@ def copy_available(chunks, tensors: dict, vocab: int, tied: bool, source: str, m
                 p.data.copy_(local_slice(full, p))
 
 
-def predict(model: TaskModel, features: list[dict], batch_size: int, device="cpu") -> list:
-    """Argmax predictions (span: (start, end)) for ``features``, in order; call on every TP rank."""
+def predict(model: TaskModel, features: list[dict], batch_size: int, device, decode) -> list:
+    """Predictions for ``features``, in order: ``decode(logits, feature)`` per feature with numpy logits (the
+    task's :meth:`~mwb.tasks.base.Task.decode`); call on every TP rank."""
     from mwb.core.training.batches import collate
     model.eval()
     preds = []
     with torch.no_grad():
         for i in range(0, len(features), batch_size):
-            batch = collate(features[i:i + batch_size], device)
-            logits = model(batch["tokens"], batch.get("types"), batch.get("padding_mask"))
-            if model.head_kind == "span":
-                preds.extend(zip(logits[..., 0].argmax(-1).tolist(), logits[..., 1].argmax(-1).tolist()))
-            else:
-                preds.extend(logits.argmax(-1).tolist())
+            chunk = features[i:i + batch_size]
+            batch = collate(chunk, device)
+            logits = model(batch["tokens"], batch.get("types"), batch.get("padding_mask")).cpu().numpy()
+            preds.extend(decode(row, f) for row, f in zip(logits, chunk))
     model.train()
     return preds

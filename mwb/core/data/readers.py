@@ -5,7 +5,7 @@ splits the file into lines (cheap, in the main process) and the pool workers par
 its ``file:line`` location so a malformed record can be reported where it is. JSONL and plain text are
 read line by line (memory stays flat whatever the file size); parquet is read in record batches; CSV,
 JSON arrays and Arrow files go through ``datasets.load_dataset(..., streaming=True)``. ``.gz`` works for
-JSONL and text.
+JSONL, text and MEDLINE XML (``.xml``: PubMed citations, title + abstract as ``text``, :mod:`.medline`).
 
 Plain text documents: ``text_docs="line"`` makes every non-empty line one document; ``"paragraph"`` makes
 every blank-line-separated block one document (its lines joined with newlines).
@@ -19,7 +19,9 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 
 from mwb.core.errors import DataError
 
-FORMATS = ("jsonl", "text", "parquet", "csv", "tsv", "json", "arrow")
+from .medline import iter_medline
+
+FORMATS = ("jsonl", "text", "parquet", "csv", "tsv", "json", "arrow", "medline")
 
 
 class Item(NamedTuple):
@@ -51,9 +53,11 @@ def detect_format(path: str) -> str:
         return "json" if head.startswith(b"[") else "jsonl"
     if ext in ("parquet", "csv", "tsv", "arrow"):
         return ext
+    if ext == "xml":
+        return "medline"
     raise DataError(
-        f"{path}: unknown input format '.{ext}' (use .jsonl, .json, .txt, .parquet, .csv, .tsv or .arrow, "
-        f"optionally .gz for .jsonl/.txt)"
+        f"{path}: unknown input format '.{ext}' (use .jsonl, .json, .txt, .parquet, .csv, .tsv, .arrow or "
+        f"MEDLINE .xml, optionally .gz for .jsonl/.txt/.xml)"
     )
 
 
@@ -145,6 +149,9 @@ def iter_items(paths: Sequence[str], keys: Optional[Sequence[str]] = None, text_
             yield from _text(path, text_docs)
         elif fmt == "parquet":
             yield from _parquet(path, keys)
+        elif fmt == "medline":
+            for n, rec in enumerate(iter_medline(path), 1):
+                yield Item(path, n, "record", rec, len(rec["text"]))
         else:
             yield from _datasets(path, fmt)
 

@@ -1,0 +1,62 @@
+"""Entity-level NER scores from BIO tags: exact-match micro precision/recall/F1 as ``conlleval`` counts them.
+
+Why our own chunker rather than ``seqeval`` at run time: the official BioBERT/BioMegatron NER score is the
+CoNLL-2000 ``conlleval`` script's, seqeval is only a test dependency here, and the chunk rules fit in a few
+lines. Two modes, both checked against seqeval in the tests:
+
+``conlleval`` (seqeval's default mode)
+    any ``I-X`` that does not continue an entity of type X (after ``O``, after another type, at the start)
+    starts a new entity; a ``B-X`` always starts one.
+``strict`` (seqeval ``mode="strict", scheme=IOB2``)
+    an entity is a ``B-X`` followed by ``I-X`` tags; an ``I-`` that does not continue one is not an entity.
+
+Labels are ``O``, ``B``/``I`` (untyped, as BioBERT's NER sets) or ``B-TYPE``/``I-TYPE``. An entity is
+``(sentence, start, end, type)`` and must match exactly, type included.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+MODES = ("conlleval", "strict")
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """``'B-Disease'`` → ``('B', 'Disease')``, ``'I'`` → ``('I', '')``, ``'O'`` → ``('O', '')``."""
+    if tag == "O" or not tag:
+        return "O", ""
+    prefix, _, kind = tag.partition("-")
+    return prefix, kind
+
+
+def entities(tags: Sequence[str], mode: str = "conlleval") -> list[tuple[int, int, str]]:
+    """The entities of one tagged sentence as ``(start, end_inclusive, type)``."""
+    if mode not in MODES:
+        raise ValueError(f"unknown NER scoring mode '{mode}' ({', '.join(MODES)})")
+    out: list[tuple[int, int, str]] = []
+    start, kind = None, ""
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, t = split_tag(tag)
+        continues = prefix == "I" and start is not None and t == kind
+        if start is not None and not continues:
+            out.append((start, i - 1, kind))
+            start = None
+        if prefix == "B" or (prefix == "I" and not continues and mode == "conlleval"):
+            start, kind = i, t
+    return out
+
+
+def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]],
+                  mode: str = "conlleval") -> dict:
+    """Micro P/R/F1 over all sentences (0 where undefined, as conlleval prints) plus the counts."""
+    if len(predictions) != len(references):
+        raise ValueError(f"entity_scores: {len(predictions)} predicted sentences for {len(references)} references")
+    found = correct = gold = 0
+    for i, (pred, ref) in enumerate(zip(predictions, references)):
+        if len(pred) != len(ref):
+            raise ValueError(f"entity_scores: sentence {i} has {len(pred)} predicted tags for {len(ref)} words")
+        p, g = set(entities(pred, mode)), set(entities(ref, mode))
+        found, gold, correct = found + len(p), gold + len(g), correct + len(p & g)
+    precision = correct / found if found else 0.0
+    recall = correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "found": found, "gold": gold, "correct": correct}

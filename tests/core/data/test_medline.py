@@ -1,0 +1,62 @@
+"""MEDLINE XML: title + abstract per citation (structured abstracts, inline markup, no-abstract skipped),
+chemicals and MeSH kept, and `mwb preprocess --input file.xml.gz` writes one document per abstract."""
+import gzip
+
+import pytest
+
+from mwb.core.data.indexed import IndexedDataset
+from mwb.core.data.medline import iter_medline
+from mwb.core.errors import DataError
+from tests.core.data.test_data_cli import run
+
+XML = """<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE PubmedArticleSet PUBLIC "-//NLM//DTD PubMedArticle, 1st January 2019//EN" "pubmed_190101.dtd">
+<PubmedArticleSet>
+  <PubmedArticle><MedlineCitation Status="MEDLINE" Owner="NLM"><PMID Version="1">101</PMID>
+    <Article PubModel="Print"><ArticleTitle>Cisplatin nephrotoxicity in rats.</ArticleTitle>
+      <Abstract><AbstractText Label="BACKGROUND">Cisplatin causes <i>renal</i> injury.</AbstractText>
+        <AbstractText Label="RESULTS">Magnesium   reduced it.</AbstractText></Abstract></Article>
+    <ChemicalList><Chemical><RegistryNumber>Q20Q21Q62J</RegistryNumber>
+      <NameOfSubstance UI="D002945">Cisplatin</NameOfSubstance></Chemical>
+      <Chemical><RegistryNumber>I38ZP9992A</RegistryNumber><NameOfSubstance UI="D008274">Magnesium</NameOfSubstance>
+      </Chemical></ChemicalList>
+    <MeshHeadingList><MeshHeading><DescriptorName UI="D000818">Animals</DescriptorName></MeshHeading>
+    </MeshHeadingList></MedlineCitation></PubmedArticle>
+  <PubmedArticle><MedlineCitation><PMID Version="1">102</PMID>
+    <Article><ArticleTitle>A title without an abstract.</ArticleTitle></Article></MedlineCitation></PubmedArticle>
+  <PubmedArticle><MedlineCitation><PMID Version="1">103</PMID>
+    <Article><ArticleTitle>Second.</ArticleTitle><Abstract><AbstractText>Plain abstract.</AbstractText></Abstract>
+    </Article></MedlineCitation></PubmedArticle>
+</PubmedArticleSet>
+"""
+
+
+def test_reads_title_abstract_chemicals_and_mesh(tmp_path):
+    path = tmp_path / "pubmed_sample.xml.gz"
+    path.write_bytes(gzip.compress(XML.encode()))
+    recs = list(iter_medline(str(path)))
+    assert [r["pmid"] for r in recs] == ["101", "103"]
+    assert recs[0]["text"] == "Cisplatin nephrotoxicity in rats.\nCisplatin causes renal injury. Magnesium reduced it."
+    assert recs[0]["chemicals"] == ["Cisplatin", "Magnesium"] and recs[0]["mesh"] == ["Animals"]
+    assert len(list(iter_medline(str(path), with_abstract=False))) == 3
+
+
+def test_preprocess_recognises_medline_xml(tmp_path, capsys, tok_path, tok):
+    path = tmp_path / "pubmed_sample.xml.gz"
+    path.write_bytes(gzip.compress(XML.encode()))
+    prefix = str(tmp_path / "out" / "pm")
+    code, out, err = run(["preprocess", "--input", str(path), "--output-prefix", prefix, "--tokenizer", tok_path,
+                          "--append-eod"], capsys)
+    assert code == 0, err
+    ix = IndexedDataset(f"{prefix}_text_document")
+    assert ix.num_documents == 2
+    assert tok.decode(ix.document(1)) == "Second.\nPlain abstract.<|endoftext|>"
+
+
+@pytest.mark.parametrize("content,needle", [("<html><body/></html>", "not MEDLINE XML"),
+                                            ("<PubmedArticleSet><PubmedArticle>", "malformed XML")])
+def test_bad_xml_is_a_data_error(tmp_path, content, needle):
+    path = tmp_path / "bad.xml"
+    path.write_text(content)
+    with pytest.raises(DataError, match=needle):
+        list(iter_medline(str(path)))
