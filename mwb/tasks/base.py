@@ -10,10 +10,11 @@ A task file declares four things and nothing else:
 
 Objectives and what ``inputs`` returns for them:
 
-``classification``, ``multiple_choice``, ``token_classification``, ``span``
+``classification``, ``regression``, ``multiple_choice``, ``token_classification``, ``span``
     a BERT encoder + task head (:mod:`.encoder`): numpy ``tokens``/``types``/``padding_mask`` and ``label``
-    (multiple choice: ``[choices, seq]``; token labels ``-100`` where unscored; span: ``[start, end]``).
-    Predictions are argmax indices (span: ``(start, end)``).
+    (regression: a float scored by squared error; multiple choice: ``[choices, seq]``; token labels ``-100``
+    where unscored; span: ``[start, end]``). Predictions are argmax indices (regression: the score; span:
+    ``(start, end)``).
 ``generative``
     a GPT (the prompt is masked out of the loss) or a T5 (encoder input → decoder target)
     (:mod:`.generative`): ``{"prompt": str, "target": str}``. Predictions are greedy generations (text).
@@ -38,7 +39,7 @@ import numpy as np
 
 from mwb.core.config import ConfigError
 
-ENCODER_OBJECTIVES = ("classification", "multiple_choice", "token_classification", "span")
+ENCODER_OBJECTIVES = ("classification", "regression", "multiple_choice", "token_classification", "span")
 OBJECTIVES = ENCODER_OBJECTIVES + ("generative", "option_scoring", "generation", "custom")
 TRAINABLE = ENCODER_OBJECTIVES + ("generative",)
 
@@ -187,12 +188,17 @@ def parse_task_args(task_cls: type, args: Sequence[str]) -> dict:
 # ------------------------------------------------------------------------------------ input builders
 
 
-def pair_inputs(a: list[int], b: list[int], tokenizer, seq_length: int, truncate: str = "a") -> dict:
-    """``[CLS] a [SEP] b [SEP]`` with token types 0/1 and padding, BERT's sentence-pair layout.
+def pair_inputs(a: list[int], b: Optional[list[int]], tokenizer, seq_length: int, truncate: str = "a") -> dict:
+    """``[CLS] a [SEP] b [SEP]`` with token types 0/1 and padding, BERT's sentence-pair layout
+    (``b=None``: the single-sentence ``[CLS] a [SEP]``).
 
     ``truncate='a'`` shortens the first segment (the passage) so the second (question + option) stays whole,
     as Megatron's RACE builder does."""
     tokenizer.require("cls", "sep", "pad", purpose="sentence-pair inputs")
+    if b is None:
+        a = a[: seq_length - 2]
+        ids, types = [tokenizer.cls] + a + [tokenizer.sep], [0] * (len(a) + 2)
+        return _padded(ids, types, tokenizer.pad, seq_length)
     room = seq_length - 3
     if len(a) + len(b) > room:
         if truncate == "a":
@@ -203,7 +209,11 @@ def pair_inputs(a: list[int], b: list[int], tokenizer, seq_length: int, truncate
             a = a[:room]
     ids = [tokenizer.cls] + a + [tokenizer.sep] + b + [tokenizer.sep]
     types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    return _padded(ids, types, tokenizer.pad, seq_length)
+
+
+def _padded(ids: list[int], types: list[int], pad_id: int, seq_length: int) -> dict:
     pad = seq_length - len(ids)
-    return {"tokens": np.array(ids + [tokenizer.pad] * pad, dtype=np.int64),
+    return {"tokens": np.array(ids + [pad_id] * pad, dtype=np.int64),
             "types": np.array(types + [0] * pad, dtype=np.int64),
             "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}
