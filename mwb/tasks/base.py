@@ -14,7 +14,7 @@ Objectives and what ``inputs`` returns for them:
     a BERT encoder + task head (:mod:`.encoder`): numpy ``tokens``/``types``/``padding_mask`` and ``label``
     (regression: a float scored by squared error; multiple choice: ``[choices, seq]``; token labels ``-100``
     where unscored; span: ``[start, end]``). Predictions are argmax indices (regression: the score; span:
-    ``(start, end)``).
+    ``(start, end)``, or what the task's ``predictions`` hook makes of the start/end logits).
 ``generative``
     a GPT (the prompt is masked out of the loss) or a T5 (encoder input → decoder target)
     (:mod:`.generative`): ``{"prompt": str, "target": str}``. Predictions are greedy generations (text).
@@ -86,6 +86,19 @@ class Task:
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         raise NotImplementedError(f"task '{self.name}' has no inputs for objective '{self.objective}'")
 
+    def features(self, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
+        """Encoder objectives: the model inputs of ``examples``, one per example (:meth:`inputs`). A task
+        whose example needs several inputs (SQuAD's doc-stride windows) overrides this and
+        :meth:`predictions`; numpy metadata in a feature (e.g. its example's index) travels with it."""
+        return [self.inputs(e, tokenizer, seq_length) for e in examples]
+
+    def predictions(self, outputs: list, features: list[dict], examples: list[dict]) -> list:
+        """Encoder objectives: per-example predictions from the per-feature outputs (a class index, a
+        regression score, or for ``span`` the start and end logits): argmax ``(start, end)`` for spans."""
+        if self.objective == "span":
+            return [(int(np.argmax(s)), int(np.argmax(e))) for s, e in outputs]
+        return outputs
+
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
         if self.objective in ("generative", "generation"):
             from mwb.evaluation.metrics import squad_exact_match, squad_f1
@@ -112,12 +125,15 @@ class Task:
 
     def build(self, examples: list[dict], runner) -> list:
         self.examples = examples
-        return _objective(self).build(self, examples, runner)
+        self.items = _objective(self).build(self, examples, runner)
+        return self.items
 
     def run(self, runner, items: Sequence) -> list:
         return _objective(self).run(self, runner, items)
 
     def aggregate(self, results: list) -> dict[str, float]:
+        if self.objective in ENCODER_OBJECTIVES:
+            results = self.predictions(results, self.items, self.examples)
         return self.metrics(results, self.examples)
 
     def describe(self) -> dict:

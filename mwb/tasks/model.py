@@ -139,7 +139,8 @@ def copy_available(chunks, tensors: dict, vocab: int, tied: bool, source: str, m
 
 
 def predict(model: TaskModel, features: list[dict], batch_size: int, device="cpu") -> list:
-    """Argmax predictions (regression: the score; span: (start, end)) for ``features``, in order; call on every TP rank."""
+    """Argmax predictions (regression: the score; span: the (start, end) logits) for ``features``, in order;
+    call on every TP rank."""
     from mwb.core.training.batches import collate
     model.eval()
     preds = []
@@ -147,8 +148,8 @@ def predict(model: TaskModel, features: list[dict], batch_size: int, device="cpu
         for i in range(0, len(features), batch_size):
             batch = collate(features[i:i + batch_size], device)
             logits = model(batch["tokens"], batch.get("types"), batch.get("padding_mask"))
-            if model.head_kind == "span":
-                preds.extend(zip(logits[..., 0].argmax(-1).tolist(), logits[..., 1].argmax(-1).tolist()))
+            if model.head_kind == "span":  # the task's predictions hook decodes them
+                preds.extend(zip(logits[..., 0].cpu().numpy(), logits[..., 1].cpu().numpy()))
             elif model.head_kind == "regression":
                 preds.extend(logits.squeeze(-1).tolist())
             else:
