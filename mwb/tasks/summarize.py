@@ -16,7 +16,7 @@ from mwb.evaluation.records import load_records
 from mwb.evaluation.rouge import rouge_scores
 
 from .base import Option, Task
-from .prompt_target import split_file
+from .prompt_target import field_pair, split_file
 from .registry import register
 
 FIELDS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
@@ -30,11 +30,9 @@ def lead_sentence(text: str) -> str:
 
 
 def to_pair(row: dict, where: str) -> dict:
-    for s, t in FIELDS:
-        if s in row and t in row:
-            if not isinstance(row[s], str) or not isinstance(row[t], str):
-                raise DataError(f"{where}: fields '{s}'/'{t}' must be strings")
-            return {"source": row[s], "summary": row[t]}
+    pair = field_pair(row, FIELDS, where)
+    if pair:
+        return {"source": pair[0], "summary": pair[1]}
     raise DataError(f"{where}: a row needs article/highlights, document/summary or source/target fields "
                     f"(has: {', '.join(sorted(row))})")
 
