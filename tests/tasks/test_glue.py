@@ -130,3 +130,28 @@ def test_stsb_finetune_learns_and_eval_reproduces_and_writes_submission(tmp_path
     assert lines[0] == "index\tprediction" and len(lines) == 5 and [ln.split("\t")[0] for ln in lines[1:]] == \
         ["0", "1", "2", "3"]
     float(lines[1].split("\t")[1])
+
+
+def _losses(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [r["loss"] for r in map(json.loads, f) if "loss" in r and "split" not in r]
+
+
+@pytest.mark.multiprocess
+def test_stsb_regression_tp2_matches_one_process(tmp_path):
+    import subprocess
+    import sys
+    ckpt = tiny_bert_checkpoint(str(tmp_path / "bert"), seq=32)
+    data = write_easy_stsb(str(tmp_path / "STS-B"), sizes=(("train", 16), ("dev", 8)))
+    common = ["finetune", "glue", "--task", "stsb", "--checkpoint", ckpt, "--data", data, "--epochs", "2",
+              "--lr", "1e-2", "--global-batch-size", "8", "--micro-batch-size", "4"]
+    runs = []
+    for name, extra in (("one", []), ("two", ["--nproc", "2", "--tp", "2"])):
+        out = str(tmp_path / name)
+        proc = subprocess.run([sys.executable, "-m", "mwb", *common, *extra, "--out", out], capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(_losses(out))
+    a, b = runs
+    assert len(a) == len(b) == 4
+    assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5
