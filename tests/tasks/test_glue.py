@@ -115,8 +115,8 @@ def test_stsb_finetune_learns_and_eval_reproduces_and_writes_submission(tmp_path
     ckpt = tiny_bert_checkpoint(str(tmp_path / "bert"), seq=32)
     data = write_easy_stsb(str(tmp_path / "STS-B"))
     out = str(tmp_path / "ft")
-    _mwb(capsys, "finetune", "glue", "--task", "stsb", "--checkpoint", ckpt, "--data", data, "--epochs", "4", "--lr", "1e-2",
-         "--global-batch-size", "8", "--micro-batch-size", "8", "--out", out)
+    _mwb(capsys, "finetune", "glue", "--task", "stsb", "--checkpoint", ckpt, "--data", data, "--epochs", "4",
+         "--lr", "1e-2", "--global-batch-size", "8", "--micro-batch-size", "8", "--out", out)
     res = json.load(open(os.path.join(out, "results.json")))
     assert res["metrics"]["pearson"] > 0.5 and -1 <= res["metrics"]["spearman"] <= 1
     ev = str(tmp_path / "ev")
@@ -124,8 +124,8 @@ def test_stsb_finetune_learns_and_eval_reproduces_and_writes_submission(tmp_path
     assert json.load(open(os.path.join(ev, "results.json")))["metrics"]["pearson"] == \
         pytest.approx(res["metrics"]["pearson"], abs=1e-6)
     sub = str(tmp_path / "STS-B.tsv")
-    _mwb(capsys, "eval", "glue", "--task", "stsb", "--split", "test", "--submission", sub, "--checkpoint", out, "--data", data,
-         "--out", str(tmp_path / "ev2"))
+    _mwb(capsys, "eval", "glue", "--task", "stsb", "--split", "test", "--submission", sub, "--checkpoint", out,
+         "--data", data, "--out", str(tmp_path / "ev2"))
     lines = open(sub).read().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 5 and [ln.split("\t")[0] for ln in lines[1:]] == \
         ["0", "1", "2", "3"]
