@@ -69,8 +69,8 @@ def _task_command(name: str, cls) -> click.Command:
         task_opts = parse_task_args(cls, ctx.args)
         task = cls(**task_opts)
         say = lambda m: click.echo(m, err=True)  # noqa: E731
+        data = data or task.data_path(None)  # a task without bundled data fails before any pretraining
         checkpoint = checkpoint or default_checkpoint(arch, say)
-        data = data or task.data_path(None)
         pre_cfg, _, _, tok_path = full_state(checkpoint)
         check_arch(task, pre_cfg.model.arch, checkpoint)
         tokenizer = kw.get("tokenizer") or tok_path

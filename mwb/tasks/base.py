@@ -10,10 +10,11 @@ A task file declares four things and nothing else:
 
 Objectives and what ``inputs`` returns for them:
 
-``classification``, ``multiple_choice``, ``token_classification``, ``span``
+``classification``, ``regression``, ``multiple_choice``, ``token_classification``, ``span``
     a BERT encoder + task head (:mod:`.encoder`): numpy ``tokens``/``types``/``padding_mask`` and ``label``
-    (multiple choice: ``[choices, seq]``; token labels ``-100`` where unscored; span: ``[start, end]``).
-    Predictions are argmax indices (span: ``(start, end)``).
+    (regression: a float scored by squared error; multiple choice: ``[choices, seq]``; token labels ``-100``
+    where unscored; span: ``[start, end]``). Predictions are argmax indices (regression: the score; span:
+    ``(start, end)``, or what the task's ``predictions`` hook makes of the start/end logits).
 ``generative``
     a GPT (the prompt is masked out of the loss) or a T5 (encoder input → decoder target)
     (:mod:`.generative`): ``{"prompt": str, "target": str}``. Predictions are greedy generations (text).
@@ -38,7 +39,7 @@ import numpy as np
 
 from mwb.core.config import ConfigError
 
-ENCODER_OBJECTIVES = ("classification", "multiple_choice", "token_classification", "span")
+ENCODER_OBJECTIVES = ("classification", "regression", "multiple_choice", "token_classification", "span")
 OBJECTIVES = ENCODER_OBJECTIVES + ("generative", "option_scoring", "generation", "custom")
 TRAINABLE = ENCODER_OBJECTIVES + ("generative",)
 
@@ -85,6 +86,17 @@ class Task:
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         raise NotImplementedError(f"task '{self.name}' has no inputs for objective '{self.objective}'")
 
+    def features(self, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
+        """Encoder objectives: the model inputs of ``examples``, one per example (:meth:`inputs`). A task
+        whose example needs several inputs (SQuAD's doc-stride windows) overrides this and
+        :meth:`predictions`; numpy metadata in a feature (e.g. its example's index) travels with it."""
+        return [self.inputs(e, tokenizer, seq_length) for e in examples]
+
+    def predictions(self, outputs: list, features: list[dict], examples: list[dict]) -> list:
+        """Encoder objectives: per-example predictions from the per-feature outputs of :meth:`decode`. Default:
+        one feature per example, so the outputs themselves; SQuAD pools its doc-stride windows here."""
+        return outputs
+
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
         if self.objective in ("generative", "generation"):
             from mwb.evaluation.metrics import squad_exact_match, squad_f1
@@ -100,9 +112,12 @@ class Task:
     def decode(self, logits: np.ndarray, feature: dict):
         """One encoder feature's prediction from its logits (``[labels]``, ``[choices]``, ``[seq, labels]`` or
         span ``[seq, 2]``): argmax (span: start and end). Tasks that map predictions back to words or text
-        (NER first sub-tokens, span n-best lists) override it; ``feature`` is what :meth:`inputs` returned."""
+        (NER first sub-tokens, span n-best lists) override it; ``feature`` is what :meth:`inputs` returned.
+        Regression: the score."""
         if self.objective == "span":
             return int(logits[:, 0].argmax()), int(logits[:, 1].argmax())
+        if self.objective == "regression":
+            return float(logits.reshape(-1)[0])
         return logits.argmax(-1).tolist()
 
     # --- harness steps (evaluation); objectives implement them, custom tasks override ----------------------
@@ -123,12 +138,15 @@ class Task:
 
     def build(self, examples: list[dict], runner) -> list:
         self.examples = examples
-        return _objective(self).build(self, examples, runner)
+        self.items = _objective(self).build(self, examples, runner)
+        return self.items
 
     def run(self, runner, items: Sequence) -> list:
         return _objective(self).run(self, runner, items)
 
     def aggregate(self, results: list) -> dict[str, float]:
+        if self.objective in ENCODER_OBJECTIVES:
+            results = self.predictions(results, self.items, self.examples)
         return self.metrics(results, self.examples)
 
     def describe(self) -> dict:
@@ -199,12 +217,17 @@ def parse_task_args(task_cls: type, args: Sequence[str]) -> dict:
 # ------------------------------------------------------------------------------------ input builders
 
 
-def pair_inputs(a: list[int], b: list[int], tokenizer, seq_length: int, truncate: str = "a") -> dict:
-    """``[CLS] a [SEP] b [SEP]`` with token types 0/1 and padding, BERT's sentence-pair layout.
+def pair_inputs(a: list[int], b: Optional[list[int]], tokenizer, seq_length: int, truncate: str = "a") -> dict:
+    """``[CLS] a [SEP] b [SEP]`` with token types 0/1 and padding, BERT's sentence-pair layout
+    (``b=None``: the single-sentence ``[CLS] a [SEP]``).
 
     ``truncate='a'`` shortens the first segment (the passage) so the second (question + option) stays whole,
     as Megatron's RACE builder does."""
     tokenizer.require("cls", "sep", "pad", purpose="sentence-pair inputs")
+    if b is None:
+        a = a[: seq_length - 2]
+        ids, types = [tokenizer.cls] + a + [tokenizer.sep], [0] * (len(a) + 2)
+        return _padded(ids, types, tokenizer.pad, seq_length)
     room = seq_length - 3
     if len(a) + len(b) > room:
         if truncate == "a":
@@ -215,8 +238,12 @@ def pair_inputs(a: list[int], b: list[int], tokenizer, seq_length: int, truncate
             a = a[:room]
     ids = [tokenizer.cls] + a + [tokenizer.sep] + b + [tokenizer.sep]
     types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    return _padded(ids, types, tokenizer.pad, seq_length)
+
+
+def _padded(ids: list[int], types: list[int], pad_id: int, seq_length: int) -> dict:
     pad = seq_length - len(ids)
-    return {"tokens": np.array(ids + [tokenizer.pad] * pad, dtype=np.int64),
+    return {"tokens": np.array(ids + [pad_id] * pad, dtype=np.int64),
             "types": np.array(types + [0] * pad, dtype=np.int64),
             "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}
 

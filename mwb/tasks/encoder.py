@@ -20,7 +20,7 @@ ARCHES = ("bert",)
 
 
 def featurize(task, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
-    return [task.inputs(e, tokenizer, seq_length) for e in examples]
+    return task.features(examples, tokenizer, seq_length)
 
 
 class EncoderSpec(ModelSpec):
@@ -59,9 +59,11 @@ def report_missing(spec: EncoderSpec, say) -> None:
             file=sys.stderr)
 
 
-def dev_predictions(task, trainer, features: list[dict], tokenizer) -> list:
-    """Predictions of the model being trained (every TP rank calls this; pipeline stages are refused at build)."""
-    return predict(trainer.chunks[0], features, trainer.cfg.train.micro_batch_size, trainer.device, task.decode)
+def dev_predictions(task, trainer, features: list[dict], examples: list[dict]) -> list:
+    """Per-example predictions of the model being trained (every TP rank calls this; pipeline stages are
+    refused at build)."""
+    outputs = predict(trainer.chunks[0], features, trainer.cfg.train.micro_batch_size, trainer.device, task.decode)
+    return task.predictions(outputs, features, examples)
 
 
 # ------------------------------------------------------------------------------------------- harness

@@ -117,7 +117,7 @@ def rank_main(tree: dict, job: dict) -> None:
         if obj is generative:  # target-token loss over ⌊dev/G⌋ global batches (at least one)
             loss = tr.evaluate(dev_steps)
             return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
-        return task.metrics(encoder.dev_predictions(task, tr, dev_f, tok), dev_ex)
+        return task.metrics(encoder.dev_predictions(task, tr, dev_f, dev_ex), dev_ex)
 
     def after_step(tr, res, stop):
         logger.log_step(res)

@@ -5,6 +5,7 @@ pretraining) with its pretraining heads removed; the task head is small and repl
 
 ``multiple_choice``       pooled [CLS] → dropout → linear(h, 1), scored per choice (Megatron's RACE head)
 ``classification``        pooled [CLS] → dropout → linear(h, num_labels)
+``regression``            pooled [CLS] → dropout → linear(h, 1), squared error (STS-B-style scores)
 ``token_classification``  every token → dropout → linear(h, num_labels)
 ``span``                  every token → linear(h, 2): start and end logits (SQuAD-style extraction)
 
@@ -23,12 +24,13 @@ from mwb.core.models.init import full_init
 from mwb.core.parallel.collectives import gather_from_sequence
 from mwb.core.parallel.dims import LayoutError
 
-HEADS = ("multiple_choice", "classification", "token_classification", "span")
+HEADS = ("multiple_choice", "classification", "regression", "token_classification", "span")
+POOLED = ("multiple_choice", "classification", "regression")
 PRETRAINING_ONLY = ("lm_transform", "head", "loss_fn", "binary_classifier")
 
 
 def head_outputs(head: str, num_labels: int) -> int:
-    return {"multiple_choice": 1, "span": 2}.get(head, num_labels)
+    return {"multiple_choice": 1, "regression": 1, "span": 2}.get(head, num_labels)
 
 
 class TaskModel(nn.Module):
@@ -54,7 +56,7 @@ class TaskModel(nn.Module):
 
     def features(self, tokens, types=None, padding_mask=None):
         hidden, _ = self.encoder(tokens=tokens, types=types, padding_mask=padding_mask, return_hidden=True)
-        if self.head_kind in ("multiple_choice", "classification"):
+        if self.head_kind in POOLED:
             return self.encoder.pooler(hidden)  # dense + tanh on [CLS] (gathers the sequence under SP)
         st = self.state
         if st is not None and st.sp:  # the encoder returns this rank's sequence slice under SP
@@ -79,6 +81,8 @@ class TaskModel(nn.Module):
             loss = F.cross_entropy(start, labels[:, 0], reduction="sum") + \
                 F.cross_entropy(end, labels[:, 1], reduction="sum")
             return loss / 2, torch.tensor(float(labels.size(0)))
+        if self.head_kind == "regression":  # labels [b] floats: summed squared error
+            return ((logits.squeeze(-1) - labels.float()) ** 2).sum(), torch.tensor(float(labels.size(0)))
         flat_logits = logits.reshape(-1, logits.size(-1))
         flat_labels = labels.reshape(-1).long()
         valid = flat_labels >= 0
@@ -95,7 +99,7 @@ def build_task_model(model_cfg: ModelConfig, state, vocab_size: int, head: str, 
         raise LayoutError(f"fine-tuning tasks use a BERT encoder; the checkpoint holds a '{model_cfg.arch}' model")
     if state.pp_size > 1:
         raise LayoutError("fine-tuning runs the encoder on one pipeline stage: use --pp 1")
-    if head in ("multiple_choice", "classification") and not model_cfg.bert_binary_head:
+    if head in POOLED and not model_cfg.bert_binary_head:
         model_cfg = dataclasses.replace(model_cfg, bert_binary_head=True)  # the pooler feeds the head
     encoder = build_model(model_cfg, state, vocab_size, seed, device, dtype)
     model = TaskModel(encoder, head, num_labels, model_cfg.dropout, state).to(device)

@@ -24,15 +24,23 @@ FIELDS = (("prompt", "target"), ("source", "target"), ("input", "output"))
 EXTENSIONS = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 
 
+def field_pair(row: dict, fields, where: str):
+    """``(row[a], row[b])`` for the first ``(a, b)`` of ``fields`` that ``row`` has (both strings), else None."""
+    for a, b in fields:
+        if a in row and b in row:
+            if not isinstance(row[a], str) or not isinstance(row[b], str):
+                raise DataError(f"{where}: fields '{a}'/'{b}' must be strings")
+            return row[a], row[b]
+    return None
+
+
 def to_pair(row: dict, where: str) -> dict:
     if "instruction" in row and "output" in row:
         extra = row.get("input") or ""
         return {"prompt": row["instruction"] + (f"\n\n{extra}" if extra else ""), "target": row["output"]}
-    for p, t in FIELDS:
-        if p in row and t in row:
-            if not isinstance(row[p], str) or not isinstance(row[t], str):
-                raise DataError(f"{where}: fields '{p}'/'{t}' must be strings")
-            return {"prompt": row[p], "target": row[t]}
+    pair = field_pair(row, FIELDS, where)
+    if pair:
+        return {"prompt": pair[0], "target": pair[1]}
     raise DataError(f"{where}: a row needs prompt/target, source/target, input/output or instruction/output "
                     f"fields (has: {', '.join(sorted(row))})")
 
