@@ -10,6 +10,8 @@ SRC a Hugging Face model directory (config.json + safetensors/bin weights):
     DST becomes an mwb checkpoint directory (load it with --checkpoint DST, or fine-tune from it).
 SRC an mwb run directory, checkpoints/ directory, step_N directory or consolidated .safetensors:
     DST becomes a Hugging Face directory (config.json + model.safetensors) for from_pretrained.
+SRC a .gguf file (llama.cpp; Llama family, any quantisation the gguf package reads):
+    DST becomes an mwb checkpoint, dequantised to float32, with the tokenizer and chat template.
 
 Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertForMaskedLM,
 BertForPreTraining; mwb's post-norm BERT). Tokenizer files are copied when present.
@@ -24,5 +26,5 @@ def convert(src, dst, force):
     from mwb.core.convert import convert as run
 
     direction, out, family = run(src, dst, overwrite=force)
-    what = "mwb checkpoint" if direction == "hf-to-mwb" else "Hugging Face model"
+    what = "Hugging Face model" if direction == "mwb-to-hf" else "mwb checkpoint"
     click.echo(f"mwb: converted {family} {src} → {what} {out}")

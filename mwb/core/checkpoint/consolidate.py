@@ -1,7 +1,8 @@
 """One process, whole model: what inference, evaluation and export need from any checkpoint.
 
 ``load_full_model(path)`` accepts every way a user names a model — a run directory, its ``checkpoints``
-directory, a ``step_N`` directory, a consolidated ``.safetensors`` file, or a Hugging Face model directory
+directory, a ``step_N`` directory, a consolidated ``.safetensors`` file, a model name (``smollm2-135m``,
+``hf:ORG/NAME``; see :mod:`mwb.core.named_models`), or a Hugging Face model directory
 (``config.json``; converted on the fly by :mod:`mwb.core.convert`) — and returns the run config, a
 single-process model built by :func:`mwb.core.models.build.build_model` with the full weights, and the
 tokenizer stored with it. ``consolidate`` writes one safetensors file of full, unpadded tensors plus the
@@ -17,6 +18,7 @@ import torch
 
 from ..config import RunConfig, update
 from ..errors import CheckpointError
+from ..named_models import local_checkpoint
 from .format import METADATA, latest_dir, tokenizer_path
 from .reader import Checkpoint, copy_full_tensors
 
@@ -24,8 +26,8 @@ CONSOLIDATED = "mwb-consolidated-v1"
 
 
 def resolve(path: str) -> str:
-    """The ``step_N`` directory that ``path`` (run dir, ``checkpoints`` dir or step dir) names."""
-    path = os.path.abspath(os.path.expanduser(str(path)))
+    """The ``step_N`` directory that ``path`` (run dir, ``checkpoints`` dir, step dir or model name) names."""
+    path = os.path.abspath(os.path.expanduser(str(local_checkpoint(path))))
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     if os.path.isfile(os.path.join(path, METADATA)):
@@ -54,8 +56,9 @@ def _config(tree: dict, vocab: int, tokenizer: Optional[str]) -> RunConfig:
 
 
 def full_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
-    """(config, vocab size, {name: unpadded global tensor}, tokenizer path or None) for any ``path``."""
-    path = os.path.abspath(os.path.expanduser(str(path)))
+    """(config, vocab size, {name: unpadded global tensor}, tokenizer path or None) for any ``path``
+    (including a model name, see :mod:`mwb.core.named_models`)."""
+    path = os.path.abspath(os.path.expanduser(str(local_checkpoint(path))))
     if os.path.isfile(path) and path.endswith(".safetensors"):
         return _read_consolidated(path)
     if is_hf_dir(path):
