@@ -121,9 +121,11 @@ def hub_checkpoint(ref: str) -> str:
     except ImportError:
         raise CheckpointError(f"{ref} needs huggingface_hub: pip install -e \".[models]\", or {how}") from None
     from .convert.hf_io import TOKENIZER_FILES
+    wanted = ["config.json", *TOKENIZER_FILES]
     try:
-        local = snapshot_download(repo, allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json",
-                                                        *TOKENIZER_FILES])
+        local = snapshot_download(repo, allow_patterns=[*wanted, "model*.safetensors*"])
+        if not any(n.endswith(".safetensors") for n in os.listdir(local)):  # older repositories: .bin only
+            local = snapshot_download(repo, allow_patterns=[*wanted, "pytorch_model*.bin*"])
     except Exception as e:
         raise CheckpointError(f"{ref} cannot be downloaded ({type(e).__name__}); {how}") from None
     return _convert_cached(ref, {"repo": repo, "snapshot": os.path.basename(local)}, local, "hf")
