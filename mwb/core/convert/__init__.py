@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 
+from ..named_models import local_checkpoint
 from . import bert, gpt2, llama
 from .gguf_llama import gguf_to_mwb, is_gguf
 from .hf_io import ConversionError, read_config, read_weights, tokenizer_files, write_hf_dir
@@ -113,7 +114,7 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     """Convert in the direction ``src`` implies; returns (direction, dst, family)."""
     from ..checkpoint.consolidate import is_hf_dir
 
-    src = os.path.abspath(os.path.expanduser(str(src)))
+    src = os.path.abspath(os.path.expanduser(str(local_checkpoint(src))))
     if not os.path.exists(src):
         raise ConversionError(f"{src} does not exist")
     if os.path.abspath(dst) == src:
