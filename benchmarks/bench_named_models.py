@@ -10,7 +10,9 @@ runs in a fresh temporary ``$MWB_CACHE``; the cached time is the second resoluti
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -32,6 +34,7 @@ def main() -> None:
     new = 16 if args.quick else args.max_tokens
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["MWB_CACHE"] = tempfile.mkdtemp(prefix="mwb-bench-models-")
+    atexit.register(shutil.rmtree, os.environ["MWB_CACHE"], True)
 
     from transformers import AutoModelForCausalLM
 
@@ -39,20 +42,24 @@ def main() -> None:
     from mwb.evaluation.generation import SamplingParams, generate
     from mwb.evaluation.loading import load_language_model
 
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"torch threads {torch.get_num_threads()}, load average {load:.1f}, {len(prompts)} prompts, "
+          f"{new} new tokens, fp32 CPU\n\n| measurement | value |\n| --- | --- |", flush=True)
+    row = lambda what, value: print(f"| {what} | {value} |", flush=True)  # noqa: E731
     t0 = time.perf_counter()
     named_models.local_checkpoint("smollm2-135m")
-    cold = time.perf_counter() - t0
+    row("GGUF → mwb conversion, cold (s)", f"{time.perf_counter() - t0:.1f}")
     t0 = time.perf_counter()
     named_models.local_checkpoint("smollm2-135m")
-    cached = time.perf_counter() - t0
+    row("named model resolution, cached (s)", f"{time.perf_counter() - t0:.2f}")
     t0 = time.perf_counter()
     _, lm = load_language_model("smollm2-135m", device=torch.device("cpu"))
-    load_mwb = time.perf_counter() - t0
+    row("load mwb model from the cache (s)", f"{time.perf_counter() - t0:.1f}")
     path = named_models.installed_files(named_models.MODELS["smollm2-135m"])
     t0 = time.perf_counter()
     hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
                                               dtype=torch.float32).eval()
-    load_hf = time.perf_counter() - t0
+    row("load transformers model from the GGUF (s)", f"{time.perf_counter() - t0:.1f}")
 
     max_abs = max_rel = 0.0
     ours_tps, ref_tps, same = [], [], 0
@@ -71,19 +78,13 @@ def main() -> None:
                               eos_token_id=None, pad_token_id=0)[0, ids.shape[1]:]
             ref_tps.append(len(ref) / (time.perf_counter() - t0))
             same += int(out.tokens == ref.tolist())
-
+    row("max abs / max relative logit difference", f"{max_abs:.3g} / {max_rel:.3g}")
+    row("greedy continuations identical", f"{same}/{len(prompts)}")
+    row("tokens/s batch 1, mwb (median, best)", f"{statistics.median(ours_tps):.1f}, {max(ours_tps):.1f}")
+    row("tokens/s batch 1, transformers.generate (median, best)",
+        f"{statistics.median(ref_tps):.1f}, {max(ref_tps):.1f}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"torch threads {torch.get_num_threads()}, load average {load:.1f}, {len(prompts)} prompts, "
-          f"{new} new tokens, fp32 CPU\n")
-    print("| measurement | value |\n| --- | --- |")
-    print(f"| GGUF → mwb conversion, cold (s) | {cold:.1f} |")
-    print(f"| named model resolution, cached (s) | {cached:.2f} |")
-    print(f"| load: mwb from cache / transformers from GGUF (s) | {load_mwb:.1f} / {load_hf:.1f} |")
-    print(f"| max abs / max relative logit difference | {max_abs:.3g} / {max_rel:.3g} |")
-    print(f"| greedy continuations identical | {same}/{len(prompts)} |")
-    print(f"| tokens/s batch 1, mwb (median, best) | {statistics.median(ours_tps):.1f}, {max(ours_tps):.1f} |")
-    print(f"| tokens/s batch 1, transformers.generate (median, best) | {statistics.median(ref_tps):.1f}, "
-          f"{max(ref_tps):.1f} |")
+    print(f"\nload average at the end {load:.1f}")
 
 
 if __name__ == "__main__":
