@@ -29,7 +29,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="2 prompts, 16 new tokens")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     prompts = PROMPTS[:2] if args.quick else PROMPTS
     new = 16 if args.quick else args.max_tokens
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -32,12 +32,17 @@ def models():
 
     from mwb.evaluation.loading import load_language_model
 
+    # One thread: batch-1 decoding is a stream of small ops, and two OpenMP threads on a busy 2-core CI
+    # machine spend most of their time in barriers (10x slower here under load); restored afterwards.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     _, lm = load_language_model("smollm2-135m", device=torch.device("cpu"))
     path = named_models.installed_files(SMOL)
     hf = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
                                               dtype=torch.float32).eval()
-    return lm, hf
+    yield lm, hf
+    torch.set_num_threads(threads)
 
 
 def test_named_model_is_converted_once_then_reused(models, capfd):
