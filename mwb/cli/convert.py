@@ -10,6 +10,8 @@ SRC a Hugging Face model directory (config.json + safetensors/bin weights):
     DST becomes an mwb checkpoint directory (load it with --checkpoint DST, or fine-tune from it).
 SRC an mwb run directory, checkpoints/ directory, step_N directory or consolidated .safetensors:
     DST becomes a Hugging Face directory (config.json + model.safetensors) for from_pretrained.
+SRC a .gguf file (llama.cpp; Llama family, any quantisation the gguf package reads):
+    DST becomes an mwb checkpoint, dequantised to float32, with the tokenizer and chat template.
 
 Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertForMaskedLM,
 BertForPreTraining; mwb's post-norm BERT). Tokenizer files are copied when present.
@@ -22,7 +24,8 @@ BertForPreTraining; mwb's post-norm BERT). Tokenizer files are copied when prese
 @click.option("--force", is_flag=True, default=False, help="Replace DST if it exists and is not empty.")
 def convert(src, dst, force):
     from mwb.core.convert import convert as run
+    from mwb.core.named_models import local_checkpoint
 
-    direction, out, family = run(src, dst, overwrite=force)
-    what = "mwb checkpoint" if direction == "hf-to-mwb" else "Hugging Face model"
+    direction, out, family = run(local_checkpoint(src), dst, overwrite=force)
+    what = "Hugging Face model" if direction == "mwb-to-hf" else "mwb checkpoint"
     click.echo(f"mwb: converted {family} {src} → {what} {out}")

@@ -63,6 +63,7 @@ def _task_command(name: str, cls) -> click.Command:
     def cmd(ctx, checkpoint, data, epochs, **kw):
         from mwb.core.compose import full_state
         from mwb.core.config import ConfigError, update
+        from mwb.core.named_models import local_checkpoint
         from mwb.tasks.base import parse_task_args
         from mwb.tasks.finetune import check_arch, finetune
 
@@ -70,7 +71,7 @@ def _task_command(name: str, cls) -> click.Command:
         task = cls(**task_opts)
         say = lambda m: click.echo(m, err=True)  # noqa: E731
         data = data or task.data_path(None)  # a task without bundled data fails before any pretraining
-        checkpoint = checkpoint or default_checkpoint(arch, say)
+        checkpoint = local_checkpoint(checkpoint) if checkpoint else default_checkpoint(arch, say)
         pre_cfg, _, _, tok_path = full_state(checkpoint)
         check_arch(task, pre_cfg.model.arch, checkpoint)
         tokenizer = kw.get("tokenizer") or tok_path

@@ -25,6 +25,7 @@ COMMANDS = {
     "serve": "mwb.cli.serve:serve",
     "convert": "mwb.cli.convert:convert",
     "checkpoint": "mwb.cli.checkpoint:checkpoint",
+    "models": "mwb.cli.models:models",
 }
 
 

@@ -37,8 +37,8 @@ class _MultiValueCommand(click.Command):
 @click.option("--output-prefix", required=True, metavar="P",
               help="Writes P_{key}_document.bin/.idx (or P_{key}_sentence.* with --split-sentences).")
 @click.option("--tokenizer", required=True, metavar="T",
-              help="tokenizer.json or HF tokenizer dir, SentencePiece .model, WordPiece vocab.txt, or a dir "
-                   "with GPT-2 vocab.json + merges.txt.")
+              help="tokenizer.json or HF tokenizer dir, SentencePiece .model, WordPiece vocab.txt, a dir "
+                   "with GPT-2 vocab.json + merges.txt, a tiktoken .tiktoken file, or gpt2.")
 @click.option("--json-keys", "json_keys", multiple=True, default=("text",), show_default=True, metavar="KEY [KEY...]",
               help="Record keys (parquet/csv columns) to tokenize; one output dataset per key.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),

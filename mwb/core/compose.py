@@ -27,6 +27,7 @@ from .errors import CheckpointError
 from .models.arch import make_model
 from .models.init import initialize
 from .models.transformer import padded_vocab_size
+from .named_models import local_checkpoint
 from .parallel.context import parallelize_context
 from .parallel.expert import parallelize_experts
 from .parallel.state import single_process_state
@@ -80,8 +81,9 @@ def build_model(cfg: ModelConfig, state, vocab_size: int, seed: int, device="cpu
 
 def full_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
     """(config, vocab size, {name: unpadded global tensor}, tokenizer path or None) for any ``path``: an mwb
-    checkpoint in any form, a consolidated file, or a Hugging Face directory (converted on the fly)."""
-    path = os.path.abspath(os.path.expanduser(str(path)))
+    checkpoint in any form, a consolidated file, a Hugging Face directory (converted on the fly) or a model
+    name (``smollm2-135m``, ``hf:ORG/NAME``; :mod:`mwb.core.named_models`)."""
+    path = os.path.abspath(os.path.expanduser(str(local_checkpoint(path))))
     if is_hf_dir(path):
         return load_hf(path)
     return mwb_state(path)

@@ -41,6 +41,8 @@ def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
         if not tok_path:
             raise ConfigError("--data needs --tokenizer (the tokenizer the data was preprocessed with)")
     from mwb.core.tokenizers import load_tokenizer
+    from mwb.core.tokenizers.loader import tokenizer_location
+    tok_path = tokenizer_location(tok_path)
     tok = load_tokenizer(tok_path)
     vocab = cfg.model.vocab_size or tok.vocab_size
     if vocab < tok.vocab_size:

@@ -162,10 +162,12 @@ def _open_mwb(path: str) -> EncoderSource:
 
 
 def open_source(path: str) -> EncoderSource:
-    """Read ``path`` (HF BERT directory, mwb BERT or bi-encoder checkpoint: run, checkpoints or step dir)."""
+    """Read ``path`` (HF BERT directory, mwb BERT or bi-encoder checkpoint: run, checkpoints or step dir, or a
+    model name such as ``minilm-l6``)."""
     from mwb.core.convert import is_hf_dir
+    from mwb.core.named_models import local_checkpoint
 
-    path = os.path.abspath(os.path.expanduser(str(path)))
+    path = os.path.abspath(os.path.expanduser(str(local_checkpoint(path))))
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     return _open_hf(path) if is_hf_dir(path) else _open_mwb(path)

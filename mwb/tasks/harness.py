@@ -44,7 +44,7 @@ def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[st
     if rank == 0:
         data_path = task.data_path(data)
         report["path"] = write_results(
-            out, task.name, report["metrics"], checkpoint=os.path.abspath(checkpoint),
+            out, task.name, report["metrics"], checkpoint=os.path.abspath(checkpoint) if os.path.exists(checkpoint) else checkpoint,
             config=to_dict(report["config"]),
             extra={"data": os.path.abspath(data_path) if os.path.exists(data_path) else data_path,
                    "task_options": task.opts, "objective": task.objective,

@@ -4,7 +4,8 @@ A directory with ``config.json`` (and no mwb ``metadata.json``) is a Hugging Fac
 checkpoint directory (one shard, layout 1, no optimizer state) that :func:`mwb.core.compose.load_full_model`
 reads and ``checkpoint.load`` puts into any parallel layout for fine-tuning. Anything else is read as an mwb
 checkpoint (run directory, ``checkpoints`` directory, ``step_N`` or consolidated file) and becomes a
-Hugging Face directory that ``transformers`` loads with ``from_pretrained``. One small module per family
+Hugging Face directory that ``transformers`` loads with ``from_pretrained``. A ``.gguf`` file (llama.cpp,
+Llama family) becomes an mwb checkpoint, dequantised (:mod:`.gguf_llama`). One small module per family
 holds the name and config mapping (:mod:`.gpt2`, :mod:`.llama`, :mod:`.bert`); tokenizer files travel with
 the weights, and the original ``config.json`` of an imported model is kept so exporting it again
 preserves the fields mwb does not model (special token ids and the like).
@@ -19,6 +20,7 @@ from ..checkpoint.consolidate import mwb_state, resolve
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
 from . import bert, gpt2, llama
+from .gguf_llama import gguf_to_mwb, is_gguf
 from .hf_io import ConversionError, is_hf_dir, read_config, read_weights, tokenizer_files, write_hf_dir
 
 FAMILIES = (gpt2, llama, bert)
@@ -116,8 +118,11 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     if is_hf_dir(src):
         out, fam = hf_to_mwb(src, dst, overwrite)
         return "hf-to-mwb", out, fam
+    if is_gguf(src):
+        out, fam = gguf_to_mwb(src, dst, overwrite)
+        return "gguf-to-mwb", out, fam
     out, fam = mwb_to_hf(src, dst, overwrite)
     return "mwb-to-hf", out, fam
 
 
-__all__ = ["ConversionError", "FAMILIES", "convert", "hf_to_mwb", "is_hf_dir", "load_hf", "mwb_to_hf"]
+__all__ = ["ConversionError", "FAMILIES", "convert", "gguf_to_mwb", "hf_to_mwb", "is_hf_dir", "load_hf", "mwb_to_hf"]

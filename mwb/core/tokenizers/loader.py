@@ -5,6 +5,9 @@ one is a Hugging Face tokenizer; a ``*.model`` file (or a directory with ``token
 ``spiece.model`` / a single ``*.model``) is SentencePiece; a directory (or its ``vocab.json`` /
 ``merges.txt``) with both ``vocab.json`` and ``merges.txt`` is GPT-2 byte-level BPE; a ``vocab.txt`` (or a
 directory with one) is BERT WordPiece. In a directory the first rule that matches wins, in that order.
+A tiktoken ranks file (``*.tiktoken``) is byte-level BPE converted to a ``tokenizer.json`` once; the name
+``gpt2`` is GPT-2's ranks file found as :mod:`.tiktoken_bpe` describes (an existing path called ``gpt2``
+wins).
 """
 from __future__ import annotations
 
@@ -14,17 +17,26 @@ from typing import Optional
 
 from mwb.core.errors import DataError
 
+from . import tiktoken_bpe
 from .base import Tokenizer
 
 _ACCEPTED = (
     "a tokenizer.json or a Hugging Face tokenizer directory, a SentencePiece .model, a WordPiece vocab.txt, "
-    "or a directory with GPT-2 vocab.json + merges.txt"
+    "a directory with GPT-2 vocab.json + merges.txt, a tiktoken .tiktoken file, or gpt2"
 )
+
+
+def tokenizer_location(path):
+    """The files ``path`` stands for: the cached GPT-2 tokenizer directory for the name ``gpt2``, else
+    ``path`` itself (what a run stores with its checkpoints must be a real file or directory)."""
+    if isinstance(path, str) and path == tiktoken_bpe.GPT2_NAME and not os.path.exists(path):
+        return tiktoken_bpe.gpt2_tokenizer_dir()
+    return path
 
 
 def tokenizer_kind(path: str) -> tuple[str, dict]:
     """(kind, files) for ``path``; kind is ``huggingface``, ``sentencepiece``, ``gpt2-bpe`` or ``wordpiece``."""
-    p = os.path.abspath(os.path.expanduser(str(path)))
+    p = os.path.abspath(os.path.expanduser(str(tokenizer_location(path))))
     if not os.path.exists(p):
         raise DataError(f"tokenizer not found: {path} (give {_ACCEPTED})")
     if os.path.isfile(p):
@@ -39,6 +51,8 @@ def tokenizer_kind(path: str) -> tuple[str, dict]:
             return "huggingface", {"file": p}
         if name.endswith(".model"):
             return "sentencepiece", {"file": p}
+        if name.endswith(".tiktoken"):
+            return "huggingface", {"file": os.path.join(tiktoken_bpe.tokenizer_dir(p), "tokenizer.json")}
         if name.endswith(".txt"):
             return "wordpiece", {"vocab": p}
         raise DataError(f"cannot tell what kind of tokenizer {path} is (give {_ACCEPTED})")
