@@ -16,7 +16,8 @@ which trains fine; converted checkpoints bring their own weights anyway.
 
 Other T5 details kept: pre-norm blocks (RMSNorm and no biases in the t5 presets), a final norm and dropout
 after each stack, and, with tied embeddings, the decoder output scaled by hidden_size^-0.5 before the tied
-vocab projection. Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
+vocab projection (``model.t5_scale_decoder_output`` sets that scaling on its own: a T5 v1.1 checkpoint saved
+by recent ``transformers`` ties the head yet does not scale). Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
 shards projections, embedding, head and loss; each bias table is sharded over heads by its own
 ``parallelize_tp``.
 
@@ -223,7 +224,8 @@ class T5Model(TiedEmbeddingStage, nn.Module):
             dec = self.decoder(dec, s_dec, dec_padding_mask, enc=enc, enc_padding_mask=enc_padding_mask)
         if not self.post_process:
             return torch.cat([enc, dec], dim=1)
-        if self.cfg.tie_embeddings:
+        scale = self.cfg.t5_scale_decoder_output
+        if self.cfg.tie_embeddings if scale is None else scale:
             dec = dec * self.cfg.hidden_size ** -0.5
         logits = self.head(dec)
         if labels is None:
