@@ -49,6 +49,8 @@ class ModelConfig:
     num_tokentypes: int = 2
     bert_binary_head: bool = True
     bert_post_norm: bool = False  # Hugging Face BERT layout (post-norm, embedding norm); default Megatron pre-norm
+    bert_lm_head: bool = True  # False: no masked-LM head (an imported plain BertModel): an encoder, not pretrainable
+    bert_pooler: bool = False  # a pooler without the binary head (a Hugging Face BertModel's); the binary head has one
     # mixture of experts
     num_experts: int = 0
     moe_top_k: int = 2
