@@ -11,8 +11,9 @@ SRC a Hugging Face model directory (config.json + safetensors/bin weights):
 SRC an mwb run directory, checkpoints/ directory, step_N directory or consolidated .safetensors:
     DST becomes a Hugging Face directory (config.json + model.safetensors) for from_pretrained.
 
-Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertForMaskedLM,
-BertForPreTraining; mwb's post-norm BERT). Tokenizer files are copied when present.
+Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertModel, BertForMaskedLM,
+BertForPreTraining; mwb's post-norm BERT), T5 (T5ForConditionalGeneration; mwb's T5 with relative
+positions). Tokenizer files are copied when present.
 """
 
 
