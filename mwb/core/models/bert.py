@@ -17,6 +17,10 @@ to ``loss_fn`` lets the generic tensor-parallel pass shard it over the vocabular
 cross-entropy, exactly as for GPT. The binary head is a pooler (dense + tanh on the first, [CLS], token)
 followed by a 2-way linear, ``binary_classifier`` (not ``*head``: names ending in ``head.weight`` mean
 "the tied output head" to the initialiser and optimizer); both are small and stay replicated under TP.
+A checkpoint converted from a plain Hugging Face ``BertModel`` (sentence-transformers, MiniLM) has no MLM
+head: ``model.bert_lm_head: false`` builds the model without one, so nothing pretends an untrained head was
+trained, and ``model.bert_pooler`` keeps its pooler without a binary head. Such a model is an encoder
+(``return_hidden``) for fine-tuning and retrieval; asking it for MLM logits is an error.
 
 Sparse prediction. With labels, the MLM transform and the vocabulary projection run only on the
 positions that are predicted (~15%), not on the whole sequence: the loss is the same, and on a small model
@@ -102,17 +106,26 @@ class BertModel(TiedEmbeddingStage, nn.Module):
             self.embed_dropout = nn.Dropout(cfg.dropout)
         block = PostNormBlock if self.post_norm else TransformerBlock
         self.layers = nn.ModuleDict({str(i): block(cfg, i, causal=False) for i in ids})
-        self.binary_classifier = None
+        self.binary_classifier = self.pooler = None
+        self.has_lm_head = bool(getattr(cfg, "bert_lm_head", True))
         if post_process:
             if not self.post_norm:
                 self.final_norm = make_norm(cfg)
-            self.lm_transform = LMTransform(cfg)
-            self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=True)
-            self.loss_fn = CrossEntropy(vocab_size)
-            if cfg.bert_binary_head:
+            if self.has_lm_head:
+                self.lm_transform = LMTransform(cfg)
+                self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=True)
+                self.loss_fn = CrossEntropy(vocab_size)
+            if cfg.bert_binary_head or getattr(cfg, "bert_pooler", False):
                 self.pooler = Pooler(cfg)
+            if cfg.bert_binary_head:
                 self.binary_classifier = nn.Linear(cfg.hidden_size, 2)
-        self.tie_weights()
+        if self.has_lm_head:
+            self.tie_weights()
+
+    @property
+    def shares_embedding(self) -> bool:
+        """Without the masked-LM head no stage holds a copy of the word embedding."""
+        return self.has_lm_head and super().shares_embedding
 
     def forward(self, tokens: Optional[torch.Tensor] = None, types: Optional[torch.Tensor] = None,
                 padding_mask: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
@@ -143,10 +156,13 @@ class BertModel(TiedEmbeddingStage, nn.Module):
             return x
         if not self.post_norm:
             x = self.final_norm(x)
-        pooled = self.pooler(x) if self.binary_classifier is not None else None
+        pooled = self.pooler(x) if self.pooler is not None else None
         if return_hidden:
             return x, pooled
-        binary_logits = self.binary_classifier(pooled) if pooled is not None else None
+        if not self.has_lm_head:
+            raise ValueError("this BERT has no masked-LM head (model.bert_lm_head=false: converted from a plain "
+                             "BertModel); use it as an encoder (fine-tuning, retrieval), not for MLM")
+        binary_logits = self.binary_classifier(pooled) if self.binary_classifier is not None else None
         if labels is None:
             return self.head(self.lm_transform(x)), binary_logits
         if self.seq_shards == 1:  # sparse prediction: the vocab projection only where a token is predicted

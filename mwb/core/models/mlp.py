@@ -9,27 +9,37 @@ from torch import nn
 
 from ..config import ModelConfig
 
+ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "relu", "geglu_tanh")
+GATED = ("swiglu", "geglu_tanh")  # act(gate) · up
+
 
 class MLP(nn.Module):
-    """GeLU MLP (up → gelu → down) or SwiGLU (silu(gate) · up → down). ``gelu_tanh`` is GPT-2's tanh
-    approximation (Hugging Face ``gelu_new``), needed for converted GPT-2 weights to give the same logits."""
+    """GeLU/ReLU MLP (up → act → down) or a gated one: SwiGLU (silu(gate) · up → down) and ``geglu_tanh``
+    (tanh-gelu(gate) · up, T5 v1.1's "gated-gelu"). ``gelu_tanh`` is GPT-2's tanh approximation (Hugging
+    Face ``gelu_new``), needed for converted GPT-2 (and T5 v1.1) weights to give the same logits."""
 
     def __init__(self, cfg: ModelConfig, ffn: Optional[int] = None) -> None:
         super().__init__()
         h, f = cfg.hidden_size, ffn or cfg.ffn_size
+        if cfg.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation '{cfg.activation}' ({' | '.join(ACTIVATIONS)})")
+        self.gated = cfg.activation in GATED
         self.swiglu = cfg.activation == "swiglu"
-        if cfg.activation not in ("gelu", "gelu_tanh", "swiglu", "relu"):
-            raise ValueError(f"unknown activation '{cfg.activation}' (gelu | gelu_tanh | swiglu | relu)")
         self.relu = cfg.activation == "relu"
-        self.gelu_approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"
+        self.gelu_approximate = "tanh" if cfg.activation in ("gelu_tanh", "geglu_tanh") else "none"
         self.up_proj = nn.Linear(h, f, bias=cfg.bias)
-        if self.swiglu:
+        if self.gated:
             self.gate_proj = nn.Linear(h, f, bias=cfg.bias)
         self.down_proj = nn.Linear(f, h, bias=cfg.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _act(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            return F.silu(x)
         if self.relu:
-            return self.down_proj(F.relu(self.up_proj(x)))
-        return self.down_proj(F.gelu(self.up_proj(x), approximate=self.gelu_approximate))
+            return F.relu(x)
+        return F.gelu(x, approximate=self.gelu_approximate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            return self.down_proj(self._act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self._act(self.up_proj(x)))

@@ -16,7 +16,8 @@ which trains fine; converted checkpoints bring their own weights anyway.
 
 Other T5 details kept: pre-norm blocks (RMSNorm and no biases in the t5 presets), a final norm and dropout
 after each stack, and, with tied embeddings, the decoder output scaled by hidden_size^-0.5 before the tied
-vocab projection. Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
+vocab projection (``model.t5_scale_decoder_output`` sets that scaling on its own: a T5 v1.1 checkpoint saved
+by recent ``transformers`` ties the head yet does not scale). Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
 shards projections, embedding, head and loss; :mod:`mwb.core.parallel.tensor_parallel` also shards each
 bias table over heads (this module knows nothing of parallelism).
 
@@ -197,7 +198,8 @@ class T5Model(TiedEmbeddingStage, nn.Module):
         return self._logits(self.decode(dec_tokens, enc, enc_padding_mask, cache=cache))
 
     def _logits(self, dec: torch.Tensor) -> torch.Tensor:
-        if self.cfg.tie_embeddings:  # T5's rescaling before the tied vocab projection
+        scale = self.cfg.t5_scale_decoder_output  # None: T5's rescaling exactly when the head is tied
+        if self.cfg.tie_embeddings if scale is None else scale:
             dec = dec * self.cfg.hidden_size ** -0.5
         return self.head(dec)
 

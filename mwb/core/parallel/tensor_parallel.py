@@ -230,7 +230,7 @@ def parallelize_tensor(model: nn.Module, state) -> nn.Module:
             module.register_forward_pre_hook(hook, with_kwargs=True)
         elif isinstance(module, MLP):
             module.up_proj = _column(module.up_proj, group)
-            if module.swiglu:
+            if module.gated:
                 module.gate_proj = _column(module.gate_proj, group)
             module.down_proj = _row(module.down_proj, group, sp)
             module.register_forward_pre_hook(hook, with_kwargs=True)
