@@ -1,6 +1,8 @@
 """``smollm2-135m``: GGUF → mwb conversion time (cold and cached), logit differences against
 ``transformers`` loading the same GGUF, and greedy-generation tokens/s at batch 1, mwb next to
-``transformers.generate`` on the same prompts (alternating prompt by prompt, fp32, CPU).
+``transformers.generate`` on the same prompts (alternating prompt by prompt, fp32, CPU), then tokens/s of 16
+prompts at batch 1 and at batch 16 (mwb's left-padded KV-cache batches; ``transformers.generate`` on the same
+left-padded batch), with the batch-16 tokens checked against batch 1.
 
     python benchmarks/bench_named_models.py [--quick]
 
@@ -86,6 +88,26 @@ def main() -> None:
     row("tokens/s batch 1, mwb (median, best)", f"{statistics.median(ours_tps):.1f}, {max(ours_tps):.1f}")
     row("tokens/s batch 1, transformers.generate (median, best)",
         f"{statistics.median(ref_tps):.1f}, {max(ref_tps):.1f}")
+    batch = (prompts * 16)[:16]
+    t0 = time.perf_counter()
+    one = generate(lm, batch, params, batch_size=1)
+    t_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    many = generate(lm, batch, params, batch_size=16)
+    t_many = time.perf_counter() - t0
+    rows = [lm.encode(p) for p in batch]
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        hf.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
+    t_hf = time.perf_counter() - t0
+    n = sum(len(g.tokens) for g in many)
+    row("16 prompts: tokens/s mwb batch 1 / batch 16 (ratio)", f"{n / t_one:.1f} / {n / t_many:.1f} "
+        f"({t_one / t_many:.2f}×)")
+    row("16 prompts: tokens/s transformers.generate batch 16", f"{16 * new / t_hf:.1f}")
+    row("batch 16 tokens identical to batch 1", f"{sum(a.tokens == b.tokens for a, b in zip(one, many))}/16")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nload average at the end {load:.1f}")
 

@@ -24,7 +24,9 @@ def test_lists_come_from_the_registry(capsys):
 
 
 def test_every_task_declares_an_objective_and_stays_short():
-    for name, cls in list_tasks().items():
+    shipped = {n: c for n, c in list_tasks().items() if c.__module__.startswith("mwb.tasks.")}  # not test doubles
+    assert len(shipped) >= 13
+    for name, cls in shipped.items():
         assert issubclass(cls, Task) and cls.objective in OBJECTIVES, name
         assert cls.description, name
         lines = len(inspect.getsource(inspect.getmodule(cls)).splitlines())
