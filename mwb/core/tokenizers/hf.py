@@ -115,13 +115,22 @@ def from_gpt2_files(vocab: str, merges: str, path: str) -> HFTokenizer:
 
 
 def vocab_is_cased(vocab: str) -> bool:
-    """A WordPiece vocabulary is cased if any ordinary entry has an upper-case letter ([CLS] etc. excluded)."""
+    """Whether a WordPiece ``vocab.txt`` is cased: the ``do_lower_case`` of a ``tokenizer_config.json`` beside
+    it when there is one (Hugging Face's record of it), else whether any ordinary entry ([CLS] etc. excluded)
+    has an ASCII capital. Only ASCII counts: uncased BERT vocabularies keep symbols such as 'ℝ' that Python
+    calls upper-case, and lower-casing the input would then be skipped."""
+    config = os.path.join(os.path.dirname(os.path.abspath(vocab)), "tokenizer_config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as f:
+            lower = json.load(f).get("do_lower_case")
+        if isinstance(lower, bool):
+            return not lower
     with open(vocab, encoding="utf-8") as f:
         for line in f:
             t = line.rstrip("\n")
             if t.startswith("[") and t.endswith("]") or t.startswith("<") and t.endswith(">"):
                 continue
-            if any(c.isupper() for c in t):
+            if any("A" <= c <= "Z" for c in t):
                 return True
     return False
 

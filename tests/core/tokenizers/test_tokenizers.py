@@ -103,3 +103,20 @@ def test_errors(tmp_path):
         load_tokenizer(str(tmp_path / "broken.json"))
     with pytest.raises(DataError, match="unknown tokenizer type"):
         train_tokenizer("unigram", [str(tmp_path / "weird.bin")], 100, str(tmp_path / "o"))
+
+
+def test_wordpiece_casing_read_from_config_or_ascii_capitals(tmp_path):
+    from mwb.core.tokenizers.hf import vocab_is_cased
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    uncased = tmp_path / "uncased" / "vocab.txt"
+    uncased.parent.mkdir()
+    uncased.write_text("\n".join(specials + ["the", "cat", "ℝ", "##ℝ"]) + "\n", encoding="utf-8")
+    assert not vocab_is_cased(str(uncased))  # 'ℝ' is upper-case to Python, but the vocabulary is uncased
+    cased = tmp_path / "cased" / "vocab.txt"
+    cased.parent.mkdir()
+    cased.write_text("\n".join(specials + ["the", "Cat"]) + "\n", encoding="utf-8")
+    assert vocab_is_cased(str(cased))
+    (cased.parent / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+    assert not vocab_is_cased(str(cased))  # the recorded setting wins
+    tok = load_tokenizer(str(uncased))
+    assert tok.encode("The CAT") == tok.encode("the cat")
