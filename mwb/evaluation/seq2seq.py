@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mwb.core.data.t5 import end_and_start_ids
 from mwb.core.models.transformer import KVCache
 from .generation import Generation, SamplingParams, _accept, _Row, _shared_seed, row_generator, sample_tokens
 from .lm import check_whole_model, full_vocab_logits
@@ -33,10 +34,8 @@ class Seq2SeqModel:
         self.model, self.tokenizer, self.state = model.eval(), tokenizer, state
         self.device = device or next(model.parameters()).device
         self.vocab_size = int(getattr(model, "vocab_size", None) or tokenizer.vocab_size)
-        roles = [getattr(tokenizer, r, None) for r in ("eos", "eod", "sep", "pad")]
-        self.eod = next((x for x in roles if x is not None), None)  # the end token (``eod`` for generation)
-        starts = [decoder_start] + [getattr(tokenizer, r, None) for r in ("bos", "cls", "eod", "pad")]
-        self.decoder_start = next((x for x in starts if x is not None), None)
+        self.eod, start = end_and_start_ids(tokenizer)  # the end token (``eod`` for generation)
+        self.decoder_start = decoder_start if decoder_start is not None else start
         if self.decoder_start is None:
             raise ValueError("the tokenizer has no bos/cls/eod/pad token to start the decoder: pass decoder_start")
         cfg = model.cfg

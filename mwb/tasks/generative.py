@@ -23,6 +23,7 @@ import numpy as np
 
 from mwb.core.compose import load_full_model
 from mwb.core.config import ConfigError, RunConfig
+from mwb.core.data.t5 import end_and_start_ids
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.spec import GPTSpec
 from mwb.evaluation.generation import SamplingParams, generate
@@ -43,8 +44,7 @@ def _texts(task, example: dict) -> tuple[str, str]:
 def t5_specials(tok) -> tuple[int, int, int]:
     """(bos, eos, pad) as T5 pretraining chooses them."""
     tok.require("pad", purpose="T5")
-    eos = next(x for x in (tok.eos, tok.eod, tok.sep, tok.pad) if x is not None)
-    bos = next(x for x in (tok.bos, tok.cls, tok.eod, tok.pad) if x is not None)
+    eos, bos = end_and_start_ids(tok)
     return bos, eos, tok.pad
 
 

@@ -59,6 +59,15 @@ def noise_mask(raw: int, rng, noise_density: float = 0.15, mean_span: float = 3.
     return np.repeat(flags, runs)
 
 
+def end_and_start_ids(tokenizer) -> tuple[Optional[int], Optional[int]]:
+    """(end, decoder start) token ids as T5 data uses them: ``eos`` (else ``eod``/``sep``/``pad``) and ``bos``
+    (else ``cls``/``eod``/``pad``); None where the tokenizer has none. Training samples, fine-tuning samples and
+    generation all take them from here, so a model decodes from what it was trained on."""
+    def first(*roles):  # getattr: duck-typed tokenizers may lack some roles
+        return next((x for x in (getattr(tokenizer, r, None) for r in roles) if x is not None), None)
+    return first("eos", "eod", "sep", "pad"), first("bos", "cls", "eod", "pad")
+
+
 class T5Dataset:
     """Map-style T5 span-corruption samples over documents ``doc_range`` of ``indexed``."""
 
@@ -79,8 +88,7 @@ class T5Dataset:
         # is masked out of attention and loss, so losses are unchanged
         self.decoder_seq_length = -(-(noise + spans + 1) // 8) * 8
         self.pad = tokenizer.pad
-        self.eos = next(x for x in (tokenizer.eos, tokenizer.eod, tokenizer.sep, tokenizer.pad) if x is not None)
-        self.bos = next(x for x in (tokenizer.bos, tokenizer.cls, tokenizer.eod, tokenizer.pad) if x is not None)
+        self.eos, self.bos = end_and_start_ids(tokenizer)
         self.windows = GPTDataset(indexed, doc_range, self.raw_length - 1, num_samples, seed, cache_dir, name)
         self.cache_reused = self.windows.cache_reused
 
