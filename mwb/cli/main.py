@@ -26,6 +26,11 @@ COMMANDS = {
     "convert": "mwb.cli.convert:convert",
     "checkpoint": "mwb.cli.checkpoint:checkpoint",
     "models": "mwb.cli.models:models",
+    "data": "mwb.cli.data:data",
+    "chat": "mwb.cli.chat:chat",
+    "detox": "mwb.cli.detox:detox",
+    "score": "mwb.cli.score:score",
+    "qa": "mwb.cli.qa:qa",
 }
 
 
