@@ -37,13 +37,18 @@ import torch.nn.functional as F
 from mwb.core.models.transformer import KVCache
 from mwb.core.parallel.collectives import group_size
 
+from .beam_search import PromptBeams, ban_repeats, run_beams
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     """``temperature == 0`` (or ``top_k == 1``) is greedy; ``top_k == 0`` and ``top_p == 1`` disable those
     filters. ``stop`` strings end a completion (not included in the text); so does the end-of-document
     token when ``stop_at_eod``. ``top_logprobs`` > 0 also returns the N most likely tokens per position.
-    ``n`` completions are drawn per prompt (independent random streams; identical when greedy)."""
+    ``n`` completions are drawn per prompt (independent random streams; identical when greedy).
+    ``num_beams`` > 1 is beam search (:mod:`.beam_search`, Hugging Face's rules): the ``n`` best of the
+    finished beams, ranked by ``sum log p / generated_len ** length_penalty``. ``no_repeat_ngram_size`` N > 0
+    (every mode) never lets a completion repeat one of its own N-grams (the prompt's are not counted)."""
     max_tokens: int = 64
     temperature: float = 1.0
     top_k: int = 0
@@ -54,6 +59,9 @@ class SamplingParams:
     top_logprobs: int = 0
     use_cache: bool = True
     n: int = 1
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:
@@ -66,10 +74,21 @@ class SamplingParams:
             raise ValueError("top_p must be in (0, 1]")
         if self.n < 1:
             raise ValueError("n must be >= 1")
+        if self.num_beams < 1:
+            raise ValueError("num_beams must be >= 1")
+        if self.beam and self.n > self.num_beams:
+            raise ValueError(f"beam search returns at most num_beams ({self.num_beams}) completions, not n={self.n}")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError("no_repeat_ngram_size must be >= 0")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
+
+    @property
+    def beam(self) -> bool:
+        """Beam search (deterministic: temperature, top-k, top-p and the seed do not apply)."""
+        return self.num_beams > 1
 
 
 @dataclass
@@ -215,50 +234,116 @@ def _accept(row: _Row, tok: int, logp: torch.Tensor, lm, params: SamplingParams,
         out.text = lm.decode(out.tokens)
 
 
+class _PaddedBatch:
+    """Left-padded contexts in the model: tokens, key-padding mask, per-row positions and the KV cache, kept
+    in step as rows leave (or, in beam search, are copied) and tokens are appended."""
+
+    def __init__(self, lm, contexts: list[list[int]], use_cache: bool) -> None:
+        width = max(len(c) for c in contexts)
+        pads = torch.tensor([width - len(c) for c in contexts])
+        self.lm, self.pads = lm, pads
+        self.tokens = torch.tensor([[0] * (width - len(c)) + c for c in contexts], dtype=torch.long)
+        self.padded = bool(pads.any())
+        self.key_mask = torch.arange(width)[None, :] >= pads[:, None]  # [b, width]: true at real tokens
+        self.positions = (torch.arange(width)[None, :] - pads[:, None]).clamp(min=0)
+        self.cache = KVCache() if use_cache else None
+
+    def forward(self, new_tokens: torch.Tensor, new_positions: torch.Tensor, last_only: bool = True) -> torch.Tensor:
+        if self.cache is None:  # full recomputation: the reference the cache is tested against
+            new_tokens, new_positions = self.tokens, self.positions
+        return self.lm.logits(new_tokens, cache=self.cache, position_ids=new_positions if self.padded else None,
+                              attention_mask=self.key_mask if self.padded else None, last_only=last_only)
+
+    def prefill(self, last_only: bool = True) -> torch.Tensor:
+        return self.forward(self.tokens, self.positions, last_only=last_only)
+
+    def keep(self, idx: torch.Tensor) -> None:
+        """Keep rows ``idx`` (in that order; a repeated row is copied, cache included)."""
+        self.tokens, self.key_mask, self.positions = self.tokens[idx], self.key_mask[idx], self.positions[idx]
+        if self.cache is not None:
+            self.cache.keep(idx)
+
+    def extend(self, new: torch.Tensor) -> torch.Tensor:
+        """Append ``new [b, 1]`` to every row; the next-token logits ``[b, vocab]``."""
+        new_pos = self.positions[:, -1:] + 1
+        self.tokens = torch.cat([self.tokens, new], dim=1)
+        self.positions = torch.cat([self.positions, new_pos], dim=1)
+        self.key_mask = torch.cat([self.key_mask, torch.ones_like(new, dtype=torch.bool)], dim=1)
+        return self.forward(new, new_pos)[:, -1]
+
+
 @torch.no_grad()
 def _decode_batch(lm, rows: list[_Row], params: SamplingParams, echo_logprobs: bool) -> None:
     """Extend every row of one left-padded batch until each is done (fills ``row.out`` in place)."""
-    width = max(len(r.context) for r in rows)
-    pads = torch.tensor([width - len(r.context) for r in rows])
-    tokens = torch.tensor([[0] * (width - len(r.context)) + r.context for r in rows], dtype=torch.long)
-    padded = bool(pads.any())
-    key_mask = torch.arange(width)[None, :] >= pads[:, None]  # [b, width]: true at real tokens
-    positions = (torch.arange(width)[None, :] - pads[:, None]).clamp(min=0)
-    cache = KVCache() if params.use_cache else None
-
-    def forward(new_tokens: torch.Tensor, new_positions: torch.Tensor, last_only: bool = True) -> torch.Tensor:
-        if cache is None:  # full recomputation: the reference the cache is tested against
-            new_tokens, new_positions = tokens, positions
-        return lm.logits(new_tokens, cache=cache, position_ids=new_positions if padded else None,
-                         attention_mask=key_mask if padded else None, last_only=last_only)
-
-    logits = forward(tokens, positions, last_only=not echo_logprobs)
+    batch = _PaddedBatch(lm, [r.context for r in rows], params.use_cache)
+    logits = batch.prefill(last_only=not echo_logprobs)
     if echo_logprobs:
         for i, r in enumerate(rows):
-            _echo(r.out, logits[i, int(pads[i]):], params.top_logprobs)
+            _echo(r.out, logits[i, int(batch.pads[i]):], params.top_logprobs)
     last = logits[:, -1]
     stops = [s for s in params.stop if s]
     active = list(rows)
     for step in range(params.max_tokens):
-        picked = sample_tokens(last, params, [r.generator for r in active])
-        logp = F.log_softmax(last, dim=-1)
+        allowed = ban_repeats(last, [r.out.tokens for r in active], params.no_repeat_ngram_size)
+        picked = sample_tokens(allowed, params, [r.generator for r in active])
+        logp = F.log_softmax(last, dim=-1)  # the model's own log-probabilities, reported as they are
         for k, r in enumerate(active):
             _accept(r, picked[k], logp[k], lm, params, stops, step + 1 == params.max_tokens)
         keep = [k for k, r in enumerate(active) if not r.done]
         if not keep:
             break
         if len(keep) < len(active):  # finished rows leave the batch (and the cache)
-            idx = torch.tensor(keep)
-            tokens, key_mask, positions = tokens[idx], key_mask[idx], positions[idx]
-            if cache is not None:
-                cache.keep(idx)
+            batch.keep(torch.tensor(keep))
             active = [active[k] for k in keep]
-        new = torch.tensor([[r.out.tokens[-1]] for r in active], dtype=torch.long)
-        new_pos = positions[:, -1:] + 1
-        tokens = torch.cat([tokens, new], dim=1)
-        positions = torch.cat([positions, new_pos], dim=1)
-        key_mask = torch.cat([key_mask, torch.ones_like(new, dtype=torch.bool)], dim=1)
-        last = forward(new, new_pos)[:, -1]
+        last = batch.extend(torch.tensor([[r.out.tokens[-1]] for r in active], dtype=torch.long))
+
+
+def beam_outputs(lm, out: Generation, beams: PromptBeams, n: int, stops: list[str]) -> list[Generation]:
+    """The ``n`` best finished hypotheses of a prompt as generations (texts cut at a stop string)."""
+    gens = []
+    if not beams.finished:  # no token to generate (max_tokens = 0)
+        return [out] + [Generation(prompt=out.prompt, prompt_tokens=list(out.prompt_tokens),
+                                   prompt_logprobs=out.prompt_logprobs, prompt_top_logprobs=out.prompt_top_logprobs)
+                        for _ in range(n - 1)]
+    for j, hyp in enumerate(beams.best(n)):
+        g = out if j == 0 else Generation(prompt=out.prompt, prompt_tokens=list(out.prompt_tokens),
+                                          prompt_logprobs=out.prompt_logprobs,
+                                          prompt_top_logprobs=out.prompt_top_logprobs)
+        g.tokens, g.logprobs, g.top_logprobs = hyp.tokens, hyp.logprobs, hyp.top_logprobs
+        g.finish_reason, g.text = hyp.finish_reason, lm.decode(hyp.tokens)
+        cut = _cut_at_stop(g.text, stops) if stops else None
+        if cut is not None:
+            _trim_to(g, lm, cut)
+        gens.append(g)
+    return gens
+
+
+def stop_check(lm, stops: list[str]):
+    """``tokens → bool``: whether the completion's text holds a stop string (``None`` when there are none)."""
+    return (lambda tokens: _cut_at_stop(lm.decode(tokens), stops) is not None) if stops else None
+
+
+@torch.no_grad()
+def _beam_batch(lm, outs: list[Generation], contexts: list[list[int]], params: SamplingParams,
+                echo_logprobs: bool) -> list[list[Generation]]:
+    """Beam search for the prompts of one left-padded batch (``num_beams`` rows each); ``params.n`` best each."""
+    batch = _PaddedBatch(lm, contexts, params.use_cache)
+    logits = batch.prefill(last_only=not echo_logprobs)
+    if echo_logprobs:
+        for i, out in enumerate(outs):
+            _echo(out, logits[i, int(batch.pads[i]):], params.top_logprobs)
+    stops = [s for s in params.stop if s]
+    beams = [PromptBeams(params.num_beams, min(params.max_tokens, lm.max_length - len(c) + 1),
+                         params.length_penalty, params.no_repeat_ngram_size,
+                         lm.eod if params.stop_at_eod else None, stop_check(lm, stops), top_n=params.top_logprobs)
+             for c in contexts]
+
+    def advance(rows: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        batch.keep(rows)
+        return batch.extend(new)
+
+    run_beams(beams, logits[:, -1], advance)
+    return [beam_outputs(lm, out, b, params.n, stops) for out, b in zip(outs, beams)]
 
 
 def generate(lm, prompts: Union[str, Sequence[Union[str, Sequence[int]]]],
@@ -274,6 +359,8 @@ def generate(lm, prompts: Union[str, Sequence[Union[str, Sequence[int]]]],
         raise ValueError("batch_size must be >= 1")
     if isinstance(prompts, str):
         prompts = [prompts]
+    if params.beam:
+        return beam_generate(lm, prompts, params, batch_size, echo_logprobs)
     seed = None if params.greedy else _shared_seed(lm, params.seed)
     rows: list[_Row] = []
     for prompt in prompts:
@@ -288,3 +375,18 @@ def generate(lm, prompts: Union[str, Sequence[Union[str, Sequence[int]]]],
     for start in range(0, len(order), batch_size):
         _decode_batch(lm, [rows[i] for i in order[start:start + batch_size]], params, echo_logprobs)
     return [r.out for r in rows]
+
+
+def beam_generate(lm, prompts: Sequence[Union[str, Sequence[int]]], params: SamplingParams, batch_size: int = 16,
+                  echo_logprobs: bool = False) -> list[Generation]:
+    """Beam search (what :func:`generate` runs when ``num_beams`` > 1; here ``num_beams = 1`` runs it too)
+    over ``batch_size`` prompts at a time, each ``num_beams`` model rows; ``params.n`` per prompt, prompt-major."""
+    first = [_prompt_row(lm, p) for p in prompts]
+    results: list[list[Generation]] = [[] for _ in first]
+    order = sorted(range(len(first)), key=lambda i: -len(first[i][1]))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        outs = _beam_batch(lm, [first[i][0] for i in chunk], [first[i][1] for i in chunk], params, echo_logprobs)
+        for i, gens in zip(chunk, outs):
+            results[i] = gens
+    return [g for gens in results for g in gens]

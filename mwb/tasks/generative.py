@@ -12,7 +12,8 @@ Both run on the pretraining specs (:class:`~mwb.core.training.spec.GPTSpec`, ``T
 trainer has (TP/SP/PP/DP, the distributed optimizer, precision, accumulation) applies; the pretrained
 weights are copied into each rank's chunk when it is built, before the optimizer takes its fp32 masters.
 
-Evaluation decodes greedily through the batched generation paths (:mod:`mwb.evaluation.generation` for GPT,
+Evaluation decodes greedily (or by beam search, for tasks with a ``num_beams`` option) through the batched
+generation paths (:mod:`mwb.evaluation.generation` for GPT,
 :mod:`mwb.evaluation.seq2seq` for T5) and hands the texts to the task's ``metrics``.
 """
 from __future__ import annotations
@@ -153,9 +154,13 @@ def build(task, examples: list[dict], runner) -> list[dict]:
 
 
 def run(task, runner, items) -> list[str]:
-    """Greedy generations (the batched generation path), stripped; ``first_line`` keeps the first line."""
+    """Greedy (or, with a task's ``num_beams`` > 1, beam-search) generations through the batched generation
+    path, stripped; ``first_line`` keeps the first line."""
     params = SamplingParams(max_tokens=task.opts.get("max_tokens") or 32, temperature=0.0,
-                            stop=("\n",) if task.opts.get("first_line") else ())
+                            stop=("\n",) if task.opts.get("first_line") else (),
+                            num_beams=task.opts.get("num_beams") or 1,
+                            length_penalty=task.opts.get("length_penalty", 1.0),
+                            no_repeat_ngram_size=task.opts.get("no_repeat_ngram") or 0)
     prompts, batch = [it["prompt"] for it in items], task.opts.get("batch_size") or 16
     if isinstance(runner, Seq2SeqModel):
         gens = generate_seq2seq(runner, runner.tokenizer, prompts, params, batch_size=batch)

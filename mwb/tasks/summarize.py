@@ -45,7 +45,10 @@ class Summarize(Task):
     options = {**Task.options,
                "max_tokens": Option(int, 64, "Longest generated summary, in tokens."),
                "source_words": Option(int, 200, "Source words kept (its lead)."),
-               "first_line": Option(bool, True, "Keep only the first line of each generation.")}
+               "first_line": Option(bool, True, "Keep only the first line of each generation."),
+               "num_beams": Option(int, 1, "Beam search width (1: greedy)."),
+               "length_penalty": Option(float, 1.0, "Beam score = sum log p / length ** this."),
+               "no_repeat_ngram": Option(int, 0, "Never repeat an n-gram of this size in a summary (0: off).")}
     prompt_suffix = "\nSummary:"
 
     def read(self, path: str, split: str) -> list[dict]:

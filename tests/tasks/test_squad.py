@@ -145,7 +145,14 @@ def test_finetune_v2_and_eval_reproduces(tmp_path, capsys):
                             "--data", str(tmp_path), "--epochs", "2", "--lr", "1e-3", "--global-batch-size", "8",
                             "--micro-batch-size", "8", "--seq-length", "24", "--out", out], capsys)
     assert code in (0, None), err
-    res = json.load(open(os.path.join(out, "results.json")))["metrics"]
+    run = json.load(open(os.path.join(out, "results.json")))
+    res = run["metrics"]
+    # an epoch is a pass over the 16 training questions (2 steps of 8), not over their doc-stride windows
+    task = Squad(version="2.0", doc_stride=8)
+    train = task.read(str(tmp_path), "train")
+    tok = load_tokenizer(TOKENIZER)  # the tiny BERT checkpoint's tokenizer
+    assert len(task.features(train, tok, 24)) >= 2 * len(train)  # counting windows would give ≥ 4 steps/epoch
+    assert [(e["epoch"], e["step"]) for e in run["epochs"]] == [(1, 2), (2, 4)]
     assert res["HasAns_total"] == 6 and res["NoAns_total"] == 2 and 0 <= res["f1"] <= 100
     code, _, err = run_cli(["eval", "squad", "--version", "2.0", "--doc-stride", "8", "--checkpoint", out,
                             "--data", str(tmp_path), "--out", str(tmp_path / "ev")], capsys)

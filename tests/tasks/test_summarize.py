@@ -57,3 +57,23 @@ def test_tiny_gpt_finetune_reports_rouge_of_its_generations(tmp_path, capsys):
     m = json.load(open(os.path.join(out, "results.json")))["metrics"]
     assert {"rouge1", "rouge2", "rougeL", "lead_rougeL", "dev_loss"} <= set(m) and m["count"] == 8
     assert 0.0 <= m["rougeL"] <= 100.0
+
+
+def test_beam_options_reach_generation():
+    from mwb.evaluation.generation import SamplingParams, generate
+    from mwb.tasks import generative
+    from mwb.tasks.base import parse_task_args
+    from tests.evaluation.test_beam_search import gpt, prompts
+
+    opts = parse_task_args(BbcHeadline, ["--num-beams", "4", "--length-penalty", "0.5", "--no-repeat-ngram", "2",
+                                         "--max-tokens", "12"])
+    assert opts == {"num_beams": 4, "length_penalty": 0.5, "no_repeat_ngram": 2, "max_tokens": 12}
+    lm, ps = gpt(), prompts()
+    items = [{"prompt": p} for p in ps]
+    beams = generative.run(BbcHeadline(**opts), lm, items)
+    want = generate(lm, ps, SamplingParams(max_tokens=12, temperature=0, stop=("\n",), num_beams=4,
+                                           length_penalty=0.5, no_repeat_ngram_size=2))
+    assert beams == [g.text.strip() for g in want]
+    greedy = generative.run(BbcHeadline(max_tokens=12), lm, items)
+    assert greedy == [g.text.strip() for g in generate(lm, ps, SamplingParams(max_tokens=12, temperature=0))]
+    assert beams != greedy
