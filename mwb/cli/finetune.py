@@ -128,3 +128,7 @@ def finetune(ctx, list_):
 from .retrieval_cmds import dpr  # noqa: E402  (DPR bi-encoder fine-tuning, mwb/retrieval)
 
 finetune.add_command(dpr)
+
+from .detox_finetune import detox_finetune  # noqa: E402  (SGEAT domain-adaptive training, mwb/tasks/detox)
+
+finetune.add_command(detox_finetune)
