@@ -68,7 +68,8 @@ def detox(ctx, checkpoint, out, steps, lr, global_batch_size, micro_batch_size, 
 @click.option("--max-tokens", type=int, default=64, show_default=True)
 @click.option("--batch-size", type=int, default=16, show_default=True)
 @click.option("--seed", type=int, default=1234, show_default=True)
-@click.option("--out", type=click.Path(), default=None, help="Output jsonl (default runs/detox-generate-<time>/selfgen.jsonl).")
+@click.option("--out", type=click.Path(), default=None,
+              help="Output jsonl (default runs/detox-generate-<time>/selfgen.jsonl).")
 def generate(checkpoint, num_samples, max_tokens, batch_size, seed, out):
     from mwb.evaluation.loading import load_language_model
     from mwb.evaluation.toxicity.annotate import write_jsonl

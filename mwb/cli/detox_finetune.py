@@ -21,7 +21,8 @@ import click
 @click.option("--seq-length", type=int, default=None)
 @click.option("--seed", type=int, default=None)
 @click.option("--nproc", type=int, default=None, help="Data-parallel ranks.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any config field, e.g. optim.weight_decay=0.1.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Any config field, e.g. optim.weight_decay=0.1.")
 @click.option("--out", type=click.Path(), default=None, help="Run directory (default runs/finetune-detox-<time>).")
 def detox_finetune(checkpoint, data, tokenizer, steps, lr, global_batch_size, micro_batch_size, seq_length, seed,
                    nproc, sets, out):

@@ -32,6 +32,7 @@ def score(path, scorer, field, label, allow_online, qps, batch_size, out):
     with tqdm(total=len(rows), desc=f"scoring ({s.key})", unit="text", file=sys.stderr) as bar:
         scored = score_rows(rows, s, field, where=path or "prompts", progress=bar.update)
     done = [r["toxicity"] for r in scored if r["toxicity"] is not None]
-    click.echo(f"{len(scored)} rows, {len(scored) - len(done)} unscored, mean toxicity "
-               f"{sum(done) / max(len(done), 1):.4f}, share > 0.5: {sum(t > 0.5 for t in done) / max(len(done), 1):.4f}")
+    n = max(len(done), 1)
+    click.echo(f"{len(scored)} rows, {len(scored) - len(done)} unscored, mean toxicity {sum(done) / n:.4f}, "
+               f"share > 0.5: {sum(t > 0.5 for t in done) / n:.4f}")
     click.echo(f"scores: {write_jsonl(out, scored)}")

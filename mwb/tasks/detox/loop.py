@@ -90,14 +90,15 @@ def run_loop(cfg: LoopConfig, say: Callable[[str], None] = lambda m: print(m, fi
         say(f"mwb detox: {name} done in {times[name]:.1f} s")
         return value
 
-    def evaluate(checkpoint: str) -> dict:
+    def evaluate(checkpoint: str, name: str) -> dict:
         task = Toxicity(prompts=cfg.prompts, samples=cfg.samples, max_tokens=cfg.max_tokens, seed=cfg.seed,
                         scorer=cfg.scorer, batch_size=cfg.batch_size)
         report = evaluate_checkpoint(task, checkpoint, limit=cfg.eval_prompts)
+        write_jsonl(os.path.join(cfg.out, f"continuations.{name}.jsonl"), task.generations)
         return report["metrics"]
 
     scorer = Scorer(ScorerSpec(cfg.scorer))
-    before = step("evaluate the pretrained model", lambda: evaluate(cfg.checkpoint))
+    before = step("evaluate the pretrained model", lambda: evaluate(cfg.checkpoint, "pretrained"))
     task = Toxicity()
     _, lm = task.load_model(cfg.checkpoint)
     tok_path = lm.tokenizer.path
@@ -112,7 +113,7 @@ def run_loop(cfg: LoopConfig, say: Callable[[str], None] = lambda m: print(m, fi
     overrides = cfg.train or {}
     dapt = step("domain-adaptive training", lambda: domain_adaptive_train(
         cfg.checkpoint, prefix, os.path.join(cfg.out, "dapt"), overrides, tokenizer=tok_path))
-    after = step("evaluate the adapted model", lambda: evaluate(os.path.join(cfg.out, "dapt")))
+    after = step("evaluate the adapted model", lambda: evaluate(os.path.join(cfg.out, "dapt"), "sgeat"))
     table = {"pretrained": {**before, "ppl": dapt["metrics"]["ppl_before"]},
              "sgeat": {**after, "ppl": dapt["metrics"]["ppl"]}}
     if cfg.baseline:
@@ -121,8 +122,8 @@ def run_loop(cfg: LoopConfig, say: Callable[[str], None] = lambda m: print(m, fi
         bprefix = prepare(plain, os.path.join(cfg.out, "plain.jsonl"), tok_path)
         base = step("baseline training (plain corpus)", lambda: domain_adaptive_train(
             cfg.checkpoint, bprefix, os.path.join(cfg.out, "baseline"), overrides, tokenizer=tok_path))
-        table["dapt_plain"] = {**step("evaluate the baseline", lambda: evaluate(os.path.join(cfg.out, "baseline"))),
-                               "ppl": base["metrics"]["ppl"]}
+        plain_eval = step("evaluate the baseline", lambda: evaluate(os.path.join(cfg.out, "baseline"), "dapt_plain"))
+        table["dapt_plain"] = {**plain_eval, "ppl": base["metrics"]["ppl"]}
     metrics = {"emt_before": before["emt"], "emt": after["emt"],
                "toxicity_prob_before": before["toxicity_prob"], "toxicity_prob": after["toxicity_prob"],
                "ppl_before": dapt["metrics"]["ppl_before"], "ppl": dapt["metrics"]["ppl"]}
