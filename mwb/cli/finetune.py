@@ -121,6 +121,7 @@ def finetune(ctx, list_):
         for name, cls in list_tasks(trainable=True).items():
             click.echo(f"{name:16s} {cls.description}")
         click.echo(f"{'dpr':16s} DPR bi-encoder retriever, in-batch negatives (mwb/retrieval)")
+        click.echo(f"{'story':16s} MEGATRON-CNTRL: keyword predictor, knowledge ranker and generator (mwb/tasks/story)")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
@@ -128,3 +129,7 @@ def finetune(ctx, list_):
 from .retrieval_cmds import dpr  # noqa: E402  (DPR bi-encoder fine-tuning, mwb/retrieval)
 
 finetune.add_command(dpr)
+
+from .story import finetune_story  # noqa: E402  (MEGATRON-CNTRL: every part, mwb/tasks/story)
+
+finetune.add_command(finetune_story)
