@@ -68,9 +68,10 @@ def finetune_story(checkpoint, data, conceptnet, train_stories, dev_stories, top
     results = run_story(scfg, cfg, kw.get("nproc"))
     if results:
         m = results["metrics"]
-        say(f"mwb: ranker loss {m['ranker_loss_first']:.4f} → {m['ranker_loss_last']:.4f}; top-{top_n} agreement "
-            f"with the weak labels {m['ranker_top_n_agreement']:.3f} (chance {m['ranker_chance']:.3f})")
-        say(f"mwb: keyword predictor {results['parts']['keywords']}")
+        if knowledge:
+            say(f"mwb: ranker loss {m['ranker_loss_first']:.4f} → {m['ranker_loss_last']:.4f}; top-{top_n} "
+                f"agreement with the weak labels {m['ranker_top_n_agreement']:.3f} (chance {m['ranker_chance']:.3f})")
+        say(f"mwb: keyword predictor {results['parts']['keywords'] or '- (no knowledge: not needed)'}")
         say(f"mwb: generator         {results['parts']['generator']}")
         say(f"mwb: results           {os.path.join(out, 'results.json')}")
         say(f"mwb: run directory     {os.path.abspath(out)}  (mwb generate story --checkpoint {out})")

@@ -30,7 +30,7 @@ class RankerConfig:
     encoder: str = "minilm-l6"   # starting point and weak-label encoder
     steps: int = 40
     contexts_per_step: int = 8
-    lr: float = 2e-5
+    lr: float = 5e-5
     temperature: float = 0.05
     top_n: int = 3
     seed: int = 1234
@@ -100,17 +100,18 @@ def train_ranker(ranker: Ranker, examples: list[dict], cfg: RankerConfig, log=pr
         batch = [usable[i] for i in rng.choice(len(usable), min(cfg.contexts_per_step, len(usable)), replace=False)]
         ranker.model.train()
         q = ranker._embed([e["context"] for e in batch], "query")
-        loss = 0.0
+        k = ranker._embed([c for e in batch for c in e["candidates"]], "context")  # one pass for the batch
+        loss, start = 0.0, 0
         for i, e in enumerate(batch):
-            k = ranker._embed(e["candidates"], "context")
-            logits = (k @ q[i]).float() / cfg.temperature
+            logits = (k[start:start + len(e["candidates"])] @ q[i]).float() / cfg.temperature
+            start += len(e["candidates"])
             target = torch.tensor(int(np.argmax(e["labels"])))
             loss = loss + F.cross_entropy(logits[None], target[None])
         loss = loss / len(batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         log(f"ranker step {step + 1}/{cfg.steps} loss {losses[-1]:.4f}")
     ranker.model.eval()
     return losses

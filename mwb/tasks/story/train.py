@@ -80,7 +80,7 @@ def train_ranker_part(scfg: StoryConfig, train: list[dict], dev: list[dict]) -> 
     say(f"ranker before training: top-{rcfg.top_n} agreement {before['top_n_agreement']:.3f} "
         f"(chance {before['chance']:.3f}) on {before['examples']} dev contexts")
     ranker = Ranker(rcfg.encoder)
-    losses = train_ranker(ranker, budget, rcfg, log=lambda m: say(m) if m.endswith(("0", "5")) else None)
+    losses = train_ranker(ranker, budget, rcfg, log=say)
     after = agreement(ranker, dev, rcfg.top_n)
     say(f"ranker after training: top-{rcfg.top_n} agreement {after['top_n_agreement']:.3f} "
         f"(chance {after['chance']:.3f})")
@@ -101,34 +101,42 @@ def run_story(scfg: StoryConfig, cfg: RunConfig, nproc: Optional[int]) -> dict:
     dev = _examples(scfg, "dev", scfg.dev_stories, kb)
     say(f"{len(train)} train / {len(dev)} dev next-sentence examples, "
         f"{sum(len(r['candidates']) for r in train) / max(len(train), 1):.1f} knowledge candidates each")
-    ranker, report = train_ranker_part(scfg, train, dev)
     gen_dir = os.path.join(scfg.out, "data", "generator")
+    report: dict = {"ranker_path": None}
+    if scfg.knowledge:  # the ablation without knowledge needs no ranker
+        ranker, report = train_ranker_part(scfg, train, dev)
+        for split, rows in (("train", train), ("dev", dev)):
+            say(f"ranking knowledge of {len(rows)} {split} examples")
+            for r, top in zip(rows, ranker.top([r["context"] for r in rows], [r["candidates"] for r in rows],
+                                               scfg.top_n)):
+                r["knowledge"] = top
+        del ranker
     for split, rows in (("train", train), ("dev", dev)):
-        say(f"ranking knowledge of {len(rows)} {split} examples")
-        for r, top in zip(rows, ranker.top([r["context"] for r in rows], [r["candidates"] for r in rows],
-                                           scfg.top_n)):
-            r["knowledge"] = top
+        for r in rows:
+            r.setdefault("knowledge", [])
         _write_jsonl(rows, os.path.join(gen_dir, f"{split}.jsonl"))
-    del ranker
     common = {"checkpoint": os.path.abspath(scfg.checkpoint), "tokenizer": os.path.abspath(scfg.tokenizer)}
     parts = {}
     for name, task, data, opts, epochs in (
             ("keywords", "story-keywords", scfg.data,
-             {"stories": scfg.train_stories, "dev_stories": scfg.dev_stories, "delexicalize": scfg.delexicalize}, scfg.keyword_epochs),
+             {"stories": scfg.train_stories, "dev_stories": scfg.dev_stories, "delexicalize": scfg.delexicalize},
+             scfg.keyword_epochs),
             ("generator", "story-generator", gen_dir, {"knowledge": scfg.knowledge}, scfg.generator_epochs)):
+        if name == "keywords" and not scfg.knowledge:
+            continue  # without knowledge the keywords reach nothing: no keyword predictor
         out = os.path.join(scfg.out, name)
         say(f"fine-tuning the {name} GPT ({task}) → {out}")
         res = finetune(task, cfg, {**common, "task": task, "task_opts": opts, "data": os.path.abspath(data),
                                    "out": out, "epochs": epochs, "resume": False}, nproc)
         parts[name] = os.path.abspath(out)
         report.update({f"{name}_{k}": v for k, v in res.get("metrics", {}).items() if isinstance(v, (int, float))})
-    manifest = {"keywords": parts["keywords"], "generator": parts["generator"],
+    manifest = {"keywords": parts.get("keywords"), "generator": parts["generator"],
                 "ranker": report["ranker_path"], "knowledge": scfg.knowledge, "top_n": scfg.top_n,
                 "candidates": scfg.candidates, "conceptnet": scfg.conceptnet, "data": scfg.data,
                 "delexicalize": scfg.delexicalize}
     atomic_write_text(os.path.join(scfg.out, MANIFEST), json.dumps(manifest, indent=1) + "\n")
     metrics = {k: v for k, v in report.items() if isinstance(v, float)}
     write_results(scfg.out, "story", metrics, checkpoint=common["checkpoint"],
-                  config={"story": {k: v for k, v in dataclasses.asdict(scfg).items()}, "run": dataclasses.asdict(cfg)},
-                  extra={"ranker_losses": report["ranker_losses"], "parts": manifest})
+                  config={"story": dataclasses.asdict(scfg), "run": dataclasses.asdict(cfg)},
+                  extra={"ranker_losses": report.get("ranker_losses"), "parts": manifest})
     return {"metrics": metrics, "parts": manifest}

@@ -54,13 +54,15 @@ class StoryWriter:
     def __init__(self, run: str, device="cpu", conceptnet: Optional[str] = None) -> None:
         self.manifest = m = read_manifest(run)
         self.run = run
-        _, self.keyword_lm = load_language_model(m["keywords"], device=device)
+        self.keyword_lm = load_language_model(m["keywords"], device=device)[1] if m["keywords"] else None
         _, self.lm = load_language_model(m["generator"], device=device)
-        self.ranker = Ranker(m["ranker"], device=device)
+        self.ranker = Ranker(m["ranker"], device=device) if m["knowledge"] else None
         self.kb = knowledge_base(conceptnet or m.get("conceptnet"))
         self.top_n, self.candidates, self.use_knowledge = m["top_n"], m["candidates"], m["knowledge"]
 
     def predict_keywords(self, contexts: list[str], batch_size: int = 32) -> list[list[str]]:
+        if self.keyword_lm is None:  # a generator without knowledge: keywords would reach nothing
+            return [[] for _ in contexts]
         params = SamplingParams(max_tokens=12, temperature=0.0, stop=("\n",))
         gens = generate(self.keyword_lm, [keyword_prompt(c) for c in contexts], params, batch_size=batch_size)
         return [parse_keywords(g.text) for g in gens]
