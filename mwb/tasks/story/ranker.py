@@ -21,8 +21,14 @@ import torch.nn.functional as F
 
 from mwb.core.checkpoint.writer import write_model_checkpoint
 from mwb.core.tokenizers import load_tokenizer
-from mwb.retrieval.loading import biencoder_tensors, load_biencoder, write_config_file
+from mwb.retrieval.biencoder import RetrievalConfig
+from mwb.retrieval.loading import biencoder_tensors, load_biencoder, open_source, write_config_file
 from mwb.retrieval.text import context_ids, pad_batch, query_ids
+
+
+# all-MiniLM-L6-v2's own settings (sentence-transformers: mean pooling, normalised), which the converted named
+# model does not carry; the story so far (up to four sentences) as the query, a knowledge sentence as the context
+RANKER_SETTINGS = RetrievalConfig(shared=True, pooling="mean", normalize=True, query_length=128, context_length=64)
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,9 @@ class Ranker:
     """A bi-encoder that scores knowledge sentences against a story context (cosine)."""
 
     def __init__(self, path: str, device="cpu") -> None:
-        self.source, self.model = load_biencoder(path, device=device)
+        source = open_source(path)
+        rcfg = source.rcfg if source.kind == "mwb-biencoder" else RANKER_SETTINGS  # a trained ranker keeps its own
+        self.source, self.model = load_biencoder(source, device=device, rcfg=rcfg)
         self.tok = load_tokenizer(self.source.tokenizer)
         self.rcfg, self.device = self.model.rcfg, device
 
@@ -48,7 +56,8 @@ class Ranker:
         if which == "query":
             ids, fn = query_ids(self.tok, texts, self.rcfg.query_length), self.model.embed_queries
         else:
-            ids, fn = context_ids(self.tok, [None] * len(texts), texts, 64), self.model.embed_contexts
+            ids, fn = context_ids(self.tok, [None] * len(texts), texts, self.rcfg.context_length), \
+                self.model.embed_contexts
         out = []
         for i in range(0, len(ids), batch):
             t, m = pad_batch(ids[i:i + batch], self.tok.pad if self.tok.pad is not None else 0)

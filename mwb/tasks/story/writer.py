@@ -7,8 +7,8 @@ gives keywords for a step, they replace the predicted ones for that story and st
 (retrieval, ranking, generation) is unchanged, which is how MEGATRON-CNTRL steers a story.
 
 Decoding (the paper gives no settings): keywords greedily; sentences with top-k 40 sampling at temperature
-0.8 from a fixed seed (row streams of :func:`generate`, so a story does not depend on its batch), cut at
-the first line break, at most ``max_tokens`` tokens.
+0.8, seeded with seed + sentence index (row streams of :func:`generate`, so a story does not depend on its
+batch), cut at the first line break, at most ``max_tokens`` tokens.
 """
 from __future__ import annotations
 
@@ -82,9 +82,9 @@ class StoryWriter:
         (empty: predicted). Returns per story its sentences and, per written sentence, the keywords used,
         whether they were the user's, and the knowledge given to the generator."""
         stories = [{"sentences": [f.strip()], "steps": []} for f in firsts]
-        params = SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
-                                seed=cfg.seed, stop=("\n",))
         for t in range(SENTENCES - 1):
+            params = SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                                    seed=cfg.seed + t, stop=("\n",))  # a fresh stream per sentence
             contexts = [" ".join(s["sentences"]) for s in stories]
             given = [(control[i][t] if control and t < len(control[i]) else []) for i in range(len(stories))]
             need = [i for i, g in enumerate(given) if not g]
