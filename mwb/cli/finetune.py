@@ -130,6 +130,7 @@ def finetune(ctx, list_):
             click.echo(f"{name:16s} {cls.description}")
         click.echo(f"{'dpr':16s} DPR bi-encoder retriever, in-batch negatives (mwb/retrieval)")
         click.echo(f"{'detox':16s} SGEAT domain-adaptive training on filtered self-generated data (mwb/tasks/detox)")
+        click.echo(f"{'story':16s} MEGATRON-CNTRL: keyword predictor, knowledge ranker and generator (mwb/tasks/story)")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
@@ -141,3 +142,6 @@ finetune.add_command(dpr)
 from .detox_finetune import detox_finetune  # noqa: E402  (SGEAT domain-adaptive training, mwb/tasks/detox)
 
 finetune.add_command(detox_finetune)
+from .story import finetune_story  # noqa: E402  (MEGATRON-CNTRL: every part, mwb/tasks/story)
+
+finetune.add_command(finetune_story)

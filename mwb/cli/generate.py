@@ -1,5 +1,5 @@
 """``mwb generate``: sample completions of one or more prompts from a checkpoint (see
-:mod:`mwb.evaluation.generation` for the sampling rules)."""
+:mod:`mwb.evaluation.generation` for the sampling rules); ``mwb generate story`` writes a controllable story."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,11 @@ import json
 import click
 
 
-@click.command(help="Generate text from a GPT checkpoint. --temperature 0 is greedy decoding.")
+@click.group(invoke_without_command=True, help="Generate text from a GPT checkpoint. --temperature 0 is greedy "
+                                               "decoding. `mwb generate story --help`: knowledge-grounded stories.")
 @click.option("--checkpoint", default=None, help="mwb run/checkpoint directory or Hugging Face model directory "
                                                  "(default: the newest runs/pretrain-gpt-* run).")
-@click.option("--prompt", "prompts", multiple=True, required=True, help="A prompt (repeat for several).")
+@click.option("--prompt", "prompts", multiple=True, help="A prompt (repeat for several). Required.")
 @click.option("--max-tokens", type=click.IntRange(min=0), default=64, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0), default=1.0, show_default=True)
 @click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = no top-k filter.")
@@ -23,8 +24,13 @@ import click
               help="Sequences decoded together (left-padded, with the KV cache); does not change the output.")
 @click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per completion (text, tokens, logprobs).")
-def generate(checkpoint, prompts, max_tokens, temperature, top_k, top_p, stops, seed, n, batch_size, tokenizer,
+@click.pass_context
+def generate(ctx, checkpoint, prompts, max_tokens, temperature, top_k, top_p, stops, seed, n, batch_size, tokenizer,
              as_json):
+    if ctx.invoked_subcommand is not None:
+        return
+    if not prompts:
+        raise click.UsageError("Missing option '--prompt'.")
     from mwb.evaluation.generation import SamplingParams, generate as run
     from mwb.evaluation.loading import load_language_model, resolve_checkpoint
 
@@ -39,3 +45,8 @@ def generate(checkpoint, prompts, max_tokens, temperature, top_k, top_p, stops, 
         else:
             click.echo(g.prompt + g.text)
             click.echo("-" * 40)
+
+
+from .story import generate_story  # noqa: E402  (mwb generate story: MEGATRON-CNTRL, mwb/tasks/story)
+
+generate.add_command(generate_story)

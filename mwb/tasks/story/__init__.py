@@ -1,0 +1,7 @@
+"""MEGATRON-CNTRL (Xu et al., EMNLP 2020): controllable story generation with external knowledge.
+
+Tasks registered here: ``story-keywords`` (keyword predictor), ``story-generator`` (conditional generator)
+and ``story`` (``mwb eval story``: the whole system); ``mwb finetune story`` trains all parts (:mod:`.train`)
+and ``mwb generate story`` writes with them (:mod:`.writer`). See docs/story.md.
+"""
+from . import evaluation, generator, keyword_task  # noqa: F401  (registers the tasks)

@@ -1,0 +1,142 @@
+"""``mwb finetune story``: the four parts of MEGATRON-CNTRL trained in order on ROCStories.
+
+1. RAKE keywords of every sentence (:mod:`.keywords`) and the knowledge candidates of the next sentence's
+   keywords (:mod:`.knowledge`, WordNet or a ConceptNet file).
+2. The ranker (:mod:`.ranker`): weak labels from the frozen MiniLM (candidate vs gold next sentence), a copy
+   of MiniLM trained on them; its loss curve and top-N agreement on dev stories (with the chance level) are
+   recorded. It then picks the top-N knowledge of every train/dev example → ``OUT/data/generator/*.jsonl``.
+3. The keyword predictor (task ``story-keywords``) and 4. the generator (task ``story-generator``), both
+   fine-tuned from the same GPT on the shared trainer (every parallel layout applies: ``--nproc 2 --tp 2``).
+
+``OUT/story.json`` names the parts, so ``mwb generate story`` / ``mwb eval story --checkpoint OUT`` load them;
+``OUT/results.json`` holds the ranker numbers and each part's dev metrics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.config import RunConfig
+from mwb.evaluation.results import write_results
+
+from ..finetune import finetune
+from .data import read_stories
+from .keyword_task import next_sentence_examples
+from .knowledge import knowledge_base, knowledge_sentences
+from .ranker import Ranker, RankerConfig, agreement, train_ranker, weak_labels
+
+MANIFEST = "story.json"
+
+
+@dataclass(frozen=True)
+class StoryConfig:
+    data: str                        # ROCStories CSV / Story Cloze TSV file or directory
+    out: str
+    checkpoint: str                  # GPT the keyword predictor and the generator start from
+    tokenizer: str
+    train_stories: int = 1000        # 0: every training story
+    dev_stories: int = 64
+    candidates: int = 16             # knowledge sentences retrieved per example
+    top_n: int = 3                   # kept by the ranker, given to the generator
+    knowledge: bool = True           # False: the generator ablation without knowledge
+    conceptnet: Optional[str] = None
+    delexicalize: bool = False
+    keyword_epochs: int = 1
+    generator_epochs: int = 2
+    ranker: RankerConfig = field(default_factory=RankerConfig)
+
+
+def say(msg: str) -> None:
+    print(f"mwb: {msg}", file=sys.stderr, flush=True)
+
+
+def _examples(scfg: StoryConfig, split: str, limit: int, kb) -> list[dict]:
+    stories = read_stories(scfg.data, split, delexicalize=scfg.delexicalize)
+    rows = next_sentence_examples(stories[:limit] if limit else stories)
+    for r in rows:
+        r["candidates"] = knowledge_sentences(kb, r["keywords"], scfg.candidates)
+    return rows
+
+
+def _write_jsonl(rows: list[dict], path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    keep = ("story", "position", "context", "target", "keywords", "knowledge")
+    atomic_write_text(path, "".join(json.dumps({k: r[k] for k in keep}) + "\n" for r in rows))
+
+
+def train_ranker_part(scfg: StoryConfig, train: list[dict], dev: list[dict]) -> tuple[Ranker, dict]:
+    rcfg = scfg.ranker
+    frozen = Ranker(rcfg.encoder)
+    budget = train[: rcfg.steps * rcfg.contexts_per_step * 2]  # the examples training can draw from
+    for rows in (budget, dev):
+        for r, labels in zip(rows, weak_labels(frozen, [r["target"] for r in rows], [r["candidates"] for r in rows])):
+            r["labels"] = labels.tolist()
+    before = agreement(frozen, dev, rcfg.top_n)
+    say(f"ranker before training: top-{rcfg.top_n} agreement {before['top_n_agreement']:.3f} "
+        f"(chance {before['chance']:.3f}) on {before['examples']} dev contexts")
+    ranker = Ranker(rcfg.encoder)
+    losses = train_ranker(ranker, budget, rcfg, log=say)
+    after = agreement(ranker, dev, rcfg.top_n)
+    say(f"ranker after training: top-{rcfg.top_n} agreement {after['top_n_agreement']:.3f} "
+        f"(chance {after['chance']:.3f})")
+    path = ranker.save(os.path.join(scfg.out, "ranker"))
+    k = max(1, min(5, len(losses) // 4))
+    report = {"ranker_loss_first": sum(losses[:k]) / k, "ranker_loss_last": sum(losses[-k:]) / k,
+              "ranker_losses": losses, "ranker_top_n_agreement": after["top_n_agreement"],
+              "ranker_top_n_agreement_untrained": before["top_n_agreement"], "ranker_chance": after["chance"],
+              "ranker_dev_contexts": after["examples"], "ranker_path": path}
+    return ranker, report
+
+
+def run_story(scfg: StoryConfig, cfg: RunConfig, nproc: Optional[int]) -> dict:
+    """Train every part into ``scfg.out``; returns the results written to ``OUT/results.json``."""
+    os.makedirs(scfg.out, exist_ok=True)
+    kb = knowledge_base(scfg.conceptnet)
+    train = _examples(scfg, "train", scfg.train_stories, kb)
+    dev = _examples(scfg, "dev", scfg.dev_stories, kb)
+    say(f"{len(train)} train / {len(dev)} dev next-sentence examples, "
+        f"{sum(len(r['candidates']) for r in train) / max(len(train), 1):.1f} knowledge candidates each")
+    gen_dir = os.path.join(scfg.out, "data", "generator")
+    report: dict = {"ranker_path": None}
+    if scfg.knowledge:  # the ablation without knowledge needs no ranker
+        ranker, report = train_ranker_part(scfg, train, dev)
+        for split, rows in (("train", train), ("dev", dev)):
+            say(f"ranking knowledge of {len(rows)} {split} examples")
+            for r, top in zip(rows, ranker.top([r["context"] for r in rows], [r["candidates"] for r in rows],
+                                               scfg.top_n)):
+                r["knowledge"] = top
+        del ranker
+    for split, rows in (("train", train), ("dev", dev)):
+        for r in rows:
+            r.setdefault("knowledge", [])
+        _write_jsonl(rows, os.path.join(gen_dir, f"{split}.jsonl"))
+    common = {"checkpoint": os.path.abspath(scfg.checkpoint), "tokenizer": os.path.abspath(scfg.tokenizer)}
+    parts = {}
+    for name, task, data, opts, epochs in (
+            ("keywords", "story-keywords", scfg.data,
+             {"stories": scfg.train_stories, "dev_stories": scfg.dev_stories, "delexicalize": scfg.delexicalize},
+             scfg.keyword_epochs),
+            ("generator", "story-generator", gen_dir, {"knowledge": scfg.knowledge}, scfg.generator_epochs)):
+        if name == "keywords" and not scfg.knowledge:
+            continue  # without knowledge the keywords reach nothing: no keyword predictor
+        out = os.path.join(scfg.out, name)
+        say(f"fine-tuning the {name} GPT ({task}) → {out}")
+        res = finetune(task, cfg, {**common, "task": task, "task_opts": opts, "data": os.path.abspath(data),
+                                   "out": out, "epochs": epochs, "resume": False}, nproc)
+        parts[name] = os.path.abspath(out)
+        report.update({f"{name}_{k}": v for k, v in res.get("metrics", {}).items() if isinstance(v, (int, float))})
+    manifest = {"keywords": parts.get("keywords"), "generator": parts["generator"],
+                "ranker": report["ranker_path"], "knowledge": scfg.knowledge, "top_n": scfg.top_n,
+                "candidates": scfg.candidates, "conceptnet": scfg.conceptnet, "data": scfg.data,
+                "delexicalize": scfg.delexicalize}
+    atomic_write_text(os.path.join(scfg.out, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+    metrics = {k: v for k, v in report.items() if isinstance(v, float)}
+    write_results(scfg.out, "story", metrics, checkpoint=common["checkpoint"],
+                  config={"story": dataclasses.asdict(scfg), "run": dataclasses.asdict(cfg)},
+                  extra={"ranker_losses": report.get("ranker_losses"), "parts": manifest})
+    return {"metrics": metrics, "parts": manifest}

@@ -1,0 +1,98 @@
+"""Writing stories sentence by sentence with the trained parts: keywords → knowledge → ranked top-N → sentence.
+
+Why batched: every story of a batch advances one sentence at a time, so each of the four steps is one
+batched keyword prediction, one batched ranking and one batched generation (:func:`generate`, left-padded
+with the KV cache) over all stories, not a loop over stories. Control: where the user (or the evaluation)
+gives keywords for a step, they replace the predicted ones for that story and step; everything downstream
+(retrieval, ranking, generation) is unchanged, which is how MEGATRON-CNTRL steers a story.
+
+Decoding (the paper gives no settings): keywords greedily; sentences with top-k 40 sampling at temperature
+0.8, seeded with seed + sentence index (row streams of :func:`generate`, so a story does not depend on its
+batch), cut at the first line break, at most ``max_tokens`` tokens.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from mwb.core.errors import DataError
+from mwb.evaluation.generation import SamplingParams, generate
+from mwb.evaluation.loading import load_language_model
+
+from .generator import generator_prompt
+from .keyword_task import keyword_prompt
+from .keywords import parse_keywords
+from .knowledge import knowledge_base, knowledge_sentences
+from .ranker import Ranker
+
+SENTENCES = 5
+
+
+@dataclass(frozen=True)
+class WriteConfig:
+    max_tokens: int = 40
+    temperature: float = 0.8
+    top_k: int = 40
+    seed: int = 1234
+    batch_size: int = 32
+
+
+def read_manifest(run: str) -> dict:
+    path = os.path.join(run, "story.json")
+    if not os.path.isfile(path):
+        raise DataError(f"{run} is not a `mwb finetune story` run (no story.json): train one with "
+                        f"`mwb finetune story` and pass its directory as --checkpoint")
+    with open(path) as f:
+        return json.load(f)
+
+
+class StoryWriter:
+    """The trained parts of one ``mwb finetune story`` run, loaded once."""
+
+    def __init__(self, run: str, device="cpu", conceptnet: Optional[str] = None) -> None:
+        self.manifest = m = read_manifest(run)
+        self.run = run
+        self.keyword_lm = load_language_model(m["keywords"], device=device)[1] if m["keywords"] else None
+        _, self.lm = load_language_model(m["generator"], device=device)
+        self.ranker = Ranker(m["ranker"], device=device) if m["knowledge"] else None
+        self.kb = knowledge_base(conceptnet or m.get("conceptnet"))
+        self.top_n, self.candidates, self.use_knowledge = m["top_n"], m["candidates"], m["knowledge"]
+
+    def predict_keywords(self, contexts: list[str], batch_size: int = 32) -> list[list[str]]:
+        if self.keyword_lm is None:  # a generator without knowledge: keywords would reach nothing
+            return [[] for _ in contexts]
+        params = SamplingParams(max_tokens=12, temperature=0.0, stop=("\n",))
+        gens = generate(self.keyword_lm, [keyword_prompt(c) for c in contexts], params, batch_size=batch_size)
+        return [parse_keywords(g.text) for g in gens]
+
+    def knowledge(self, contexts: list[str], keywords: list[list[str]]) -> list[list[str]]:
+        """The ranked top-N knowledge sentences for each context and its keywords."""
+        candidates = [knowledge_sentences(self.kb, k, self.candidates) for k in keywords]
+        return self.ranker.top(contexts, candidates, self.top_n)
+
+    def prompts(self, contexts: list[str], keywords: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+        know = self.knowledge(contexts, keywords) if self.use_knowledge else [[] for _ in contexts]
+        return [generator_prompt(c, k if self.use_knowledge else None) for c, k in zip(contexts, know)], know
+
+    def write(self, firsts: list[str], control: Optional[list[list[list[str]]]] = None,
+              cfg: WriteConfig = WriteConfig()) -> list[dict]:
+        """One story per first sentence. ``control[i][t]``: keywords for story ``i``'s sentence ``t + 2``
+        (empty: predicted). Returns per story its sentences and, per written sentence, the keywords used,
+        whether they were the user's, and the knowledge given to the generator."""
+        stories = [{"sentences": [f.strip()], "steps": []} for f in firsts]
+        for t in range(SENTENCES - 1):
+            params = SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                                    seed=cfg.seed + t, stop=("\n",))  # a fresh stream per sentence
+            contexts = [" ".join(s["sentences"]) for s in stories]
+            given = [(control[i][t] if control and t < len(control[i]) else []) for i in range(len(stories))]
+            need = [i for i, g in enumerate(given) if not g]
+            predicted = dict(zip(need, self.predict_keywords([contexts[i] for i in need], cfg.batch_size)))
+            keywords = [given[i] or predicted[i] for i in range(len(stories))]
+            prompts, know = self.prompts(contexts, keywords)
+            gens = generate(self.lm, prompts, params, batch_size=cfg.batch_size)
+            for i, (s, g) in enumerate(zip(stories, gens)):
+                s["sentences"].append(" ".join(g.text.split()))
+                s["steps"].append({"keywords": keywords[i], "controlled": bool(given[i]), "knowledge": know[i]})
+        return stories
