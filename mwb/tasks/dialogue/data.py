@@ -185,11 +185,12 @@ def utterances_by_actor(conversations: list[dict]) -> dict[str, list[tuple[str, 
     return dict(out)
 
 
-def references(index: dict, actor: str, exclude: str, k: int, seed: str) -> list[str]:
-    """``k`` utterances of ``actor`` from conversations other than ``exclude``, picked by a seeded hash (so the
-    same example always gets the same references); fewer if the actor has fewer."""
-    pool = [text for cid, text in index.get(actor, ()) if cid != exclude]
-    return sorted(pool, key=lambda text: bucket(text, f"{seed}:{exclude}"))[:k]
+def references(index: dict, actor: str, exclude, k: int, seed: str) -> list[str]:
+    """``k`` utterances of ``actor`` from conversations other than ``exclude`` (an id, or a set of ids),
+    picked by a seeded hash (the same example always gets the same references); fewer if the actor has fewer."""
+    excluded = {exclude} if isinstance(exclude, str) else set(exclude)
+    pool = [text for cid, text in index.get(actor, ()) if cid not in excluded]
+    return sorted(pool, key=lambda text: bucket(text, seed))[:k]
 
 
 def conversations_per_actor(conversations: list[dict]) -> dict[str, int]:
