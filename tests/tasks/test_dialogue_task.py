@@ -3,7 +3,6 @@ retrieved knowledge, WoW's gold knowledge, the actor-ID consistency measure, and
 fine-tuning and greedy generation."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess

@@ -25,23 +25,24 @@ from typing import Optional, Sequence
 from . import data as dd
 
 RESPONDER, PARTNER = "B", "A"
-CLIP_WORDS = 40  # a reference utterance or knowledge passage is cut to this many words
+CLIP_WORDS = 40  # a knowledge passage, or a context turn (its end), is cut to this many words
+REFERENCE_WORDS = 25  # a reference utterance is cut to this many words
 
 
-def clip(text: str, words: int = CLIP_WORDS) -> str:
+def clip(text: str, words: int = CLIP_WORDS, keep_end: bool = False) -> str:
     parts = text.split()
-    return " ".join(parts[:words])
+    return " ".join(parts[-words:] if keep_end else parts[:words])
 
 
 def render_prompt(context: Sequence[dd.Turn], responder: str, references: Sequence[str] = (),
                   knowledge: Sequence[str] = ()) -> str:
     lines = []
     if references:
-        lines += [f"Reference utterances of {RESPONDER}:"] + [f"- {clip(r)}" for r in references]
+        lines += [f"Reference utterances of {RESPONDER}:"] + [f"- {clip(r, REFERENCE_WORDS)}" for r in references]
     if knowledge:
         lines += ["Knowledge:"] + [clip(k) for k in knowledge]
     lines.append("Conversation:")
-    lines += [f"{RESPONDER if t.speaker == responder else PARTNER}: {t.text}" for t in context]
+    lines += [f"{RESPONDER if t.speaker == responder else PARTNER}: {clip(t.text, keep_end=True)}" for t in context]
     lines.append(f"{RESPONDER}:")
     return "\n".join(lines)
 
