@@ -149,6 +149,9 @@ def build(task, examples: list[dict], runner) -> list[dict]:
         ids = tok.encode(_texts(task, e)[0])
         if isinstance(runner, Seq2SeqModel):  # the encoder input as in training: cut, then the end token
             ids = ids[: task.opts["seq_length"] - 1] + [runner.eod]
+        else:  # GPT: a prompt longer than the context loses its beginning, as in training (gpt_sample)
+            room = max(runner.max_length - (task.opts.get("max_tokens") or 32), 1)
+            ids = ids[-room:]
         items.append({"prompt": ids or [runner.eod]})
     return items
 
