@@ -26,6 +26,8 @@ from mwb.evaluation.generation import SamplingParams, generate
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
 
+from .dialogue import data as dialogue_data
+
 DEFAULT_SYSTEM = "You are a friendly conversational partner. Reply in one or two sentences."
 
 
@@ -119,10 +121,14 @@ class ChatSession:
 
 
 def actor_references(actor: str, k: int, say=print) -> list[str]:
-    """``k`` utterances of chitchat actor ``actor`` (the dialogue data readers of issue 21 part E)."""
-    try:
-        from mwb.tasks.dialogue import data as dialogue_data
-    except ImportError:
-        raise ConfigError("--actor needs the chitchat dialogue readers (mwb/tasks/dialogue/data.py), which this "
-                          "build does not have yet; chat without --actor") from None
-    return dialogue_data.actor_utterances(actor, k)
+    """``k`` utterances of chitchat actor ``actor`` (a ``sender`` id of the chitchat dataset), picked by the
+    same seeded rule the multi-actor task uses for its references (:func:`mwb.tasks.dialogue.data.references`)."""
+    conversations = dialogue_data.read_chitchat()
+    index = dialogue_data.utterances_by_actor(conversations)
+    if actor not in index:
+        busiest = sorted(index, key=lambda a: -len(index[a]))[:5]
+        raise ConfigError(f"--actor {actor}: no such chitchat actor (the busiest are {', '.join(busiest)})")
+    refs = dialogue_data.references(index, actor, set(), k, seed="chat")
+    say(f"actor {actor}: {len(index[actor])} utterances in {len({c for c, _ in index[actor]})} conversations; "
+        f"conditioning on {len(refs)}")
+    return refs
