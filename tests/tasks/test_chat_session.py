@@ -61,3 +61,19 @@ def test_chat_replies_under_tp2_equal_one_process():
     assert any(want)  # something was generated
     for replies, prompt in run_ranks(_tp_worker, 2, timeout_s=300):
         assert replies == want and prompt == one.prompt()
+
+
+def test_actor_references_come_from_that_chitchat_actor():
+    from mwb.core.config import ConfigError
+    from mwb.core.data.package_files import available
+    from mwb.tasks.chat_session import actor_references
+    from mwb.tasks.dialogue import data as dd
+    if not available("chitchat"):
+        pytest.skip("chitchat-dataset archive not available")
+    index = dd.utterances_by_actor(dd.read_chitchat())
+    actor = max(index, key=lambda a: len(index[a]))
+    refs = actor_references(actor, 4, say=lambda m: None)
+    mine = {text for _, text in index[actor]}
+    assert len(refs) == 4 and all(r in mine for r in refs)
+    with pytest.raises(ConfigError, match="no such chitchat actor"):
+        actor_references("not-an-actor", 4, say=lambda m: None)

@@ -108,10 +108,12 @@ class MSDP(Task):
         """Stage 1 for every item, then stage 2 on the generated knowledge; greedy, first line."""
         params = SamplingParams(max_tokens=self.opts["max_tokens"], temperature=0.0, stop=("\n",))
         batch = self.opts["batch_size"]
+        _say(f"stage 1: knowledge for {len(items)} turns ({self.opts['knowledge_examples']} examples each)")
         gens = generate(runner.lm, [it["knowledge_prompt"] for it in items], params, batch_size=batch)
         knowledge = [g.text.strip() for g in gens]
         prompts = [mp.response_prompt(self.responses, it["topic"], it["last_turn"], k)
                    for it, k in zip(items, knowledge)]
+        _say(f"stage 2: responses for {len(items)} turns ({len(self.responses)} fixed examples)")
         replies = [g.text.strip() for g in generate(runner.lm, prompts, params, batch_size=batch)]
         return [{"knowledge": k, "response": r} for k, r in zip(knowledge, replies)]
 
@@ -125,8 +127,12 @@ class MSDP(Task):
                 "count": n, "response_examples": len(self.responses)}
 
     def aggregate(self, results: list) -> dict[str, float]:
-        if os.environ.get("RANK", "0") in ("", "0"):
-            for p, e in list(zip(results, self.examples))[:3]:
-                print(f"[msdp] topic: {e['topic']}\n  user: {e['turns'][-1]}\n  knowledge: {p['knowledge']}\n"
-                      f"  reply: {p['response']}\n  gold: {e['response']}", file=sys.stderr, flush=True)
+        for p, e in list(zip(results, self.examples))[:3]:
+            _say(f"topic: {e['topic']}\n  user: {e['turns'][-1]}\n  knowledge: {p['knowledge']}\n"
+                 f"  reply: {p['response']}\n  gold: {e['response']}")
         return self.metrics(results, self.examples)
+
+
+def _say(message: str) -> None:
+    if os.environ.get("RANK", "0") in ("", "0"):
+        print(f"[msdp] {message}", file=sys.stderr, flush=True)
