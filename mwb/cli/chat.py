@@ -27,7 +27,11 @@ HELP = ("commands: /knowledge shows the passages retrieved for the last turn, /r
 @click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--system", default=None, help="System prompt (default: a short friendly-partner instruction).")
-def chat(checkpoint, tokenizer, knowledge, actor, references, top_k, max_tokens, temperature, top_p, seed, system):
+@click.option("--layout", type=click.Choice(["chat", "dialogue"]), default="chat", show_default=True,
+              help="chat: the model's chat template (or the plain format); dialogue: the 'Conversation: A:/B:' "
+                   "layout `mwb finetune dialogue` trains on.")
+def chat(checkpoint, tokenizer, knowledge, actor, references, top_k, max_tokens, temperature, top_p, seed, system,
+         layout):
     from mwb.evaluation.chat_format import chat_format_for
     from mwb.evaluation.loading import load_language_model
     from mwb.tasks.chat_session import DEFAULT_SYSTEM, ChatSession, ChatSettings, KnowledgeBase, actor_references
@@ -40,8 +44,8 @@ def chat(checkpoint, tokenizer, knowledge, actor, references, top_k, max_tokens,
     fmt = chat_format_for(tokenizer or lm.tokenizer.path)
     settings = ChatSettings(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
                             system=DEFAULT_SYSTEM if system is None else system, top_k_passages=top_k)
-    session = ChatSession(lm, fmt, settings, kb, refs)
-    say(f"chat format: {fmt.source}" + (f"; knowledge: {kb.path} ({len(kb.evidence)} passages)" if kb else "")
+    session = ChatSession(lm, fmt, settings, kb, refs, dialogue_layout=layout == "dialogue")
+    say(f"chat format: {'dialogue layout' if layout == 'dialogue' else fmt.source}" + (f"; knowledge: {kb.path} ({len(kb.evidence)} passages)" if kb else "")
         + (f"; actor {actor} ({len(refs)} reference utterances)" if actor else ""))
     say(HELP)
     while True:

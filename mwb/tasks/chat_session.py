@@ -14,6 +14,8 @@ lives here. Grounding goes into the system message (the one place every chat tem
     - <reference utterance>          (k reference utterances of the actor, when --actor)
 
 Old turns are dropped, oldest first, when the prompt plus the reply budget would not fit the model.
+``dialogue_layout`` renders instead the ``Conversation:`` layout that ``mwb finetune dialogue`` trains on
+(:func:`mwb.tasks.dialogue.examples.render_prompt`), so a model fine-tuned there is talked to as trained.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
 
 from .dialogue import data as dialogue_data
+from .dialogue.examples import render_prompt
 
 DEFAULT_SYSTEM = "You are a friendly conversational partner. Reply in one or two sentences."
 
@@ -73,6 +76,17 @@ class ChatSession:
     references: Sequence[str] = ()  # the actor's reference utterances
     history: list = field(default_factory=list)
     last_knowledge: list = field(default_factory=list)
+    dialogue_layout: bool = False  # render like `mwb finetune dialogue` trained (docs/dialogue.md), not as chat
+
+    def _render(self, history: Sequence[dict], passages: Sequence[dict]) -> str:
+        if self.dialogue_layout:
+            turns = [dialogue_data.Turn("bot" if m["role"] == "assistant" else "user", m["content"]) for m in history]
+            return render_prompt(turns, "bot", self.references, [p["text"] for p in passages])
+        return self.chat_format.render(self.messages(history, passages))
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return ("\n",) if self.dialogue_layout else self.chat_format.stops
 
     def system_message(self, passages: Optional[Sequence[dict]] = None) -> str:
         passages = self.last_knowledge if passages is None else passages
@@ -94,7 +108,7 @@ class ChatSession:
         oldest turns are dropped, then (with only the user's last turn left) the lowest-ranked passages."""
         history, passages = list(self.history), list(self.last_knowledge)
         while True:
-            text = self.chat_format.render(self.messages(history, passages))
+            text = self._render(history, passages)
             if len(self.lm.encode(text)) + self.settings.max_tokens <= self.lm.max_length:
                 return text
             if len(history) > 1:
@@ -110,7 +124,7 @@ class ChatSession:
         if self.knowledge is not None:
             query = " ".join(m["content"] for m in self.history[-2:])
             self.last_knowledge = self.knowledge.search(query, self.settings.top_k_passages)
-        gen = generate(self.lm, [self.prompt()], self.settings.params(self.chat_format.stops))[0]
+        gen = generate(self.lm, [self.prompt()], self.settings.params(self.stops))[0]
         text = gen.text.strip()
         self.history.append({"role": "assistant", "content": text})
         return text

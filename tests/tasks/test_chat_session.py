@@ -77,3 +77,16 @@ def test_actor_references_come_from_that_chitchat_actor():
     assert len(refs) == 4 and all(r in mine for r in refs)
     with pytest.raises(ConfigError, match="no such chitchat actor"):
         actor_references("not-an-actor", 4, say=lambda m: None)
+
+
+def test_dialogue_layout_is_the_fine_tuning_prompt():
+    from mwb.tasks.dialogue.data import Turn
+    from mwb.tasks.dialogue.examples import render_prompt
+    s = _session()
+    s.dialogue_layout, s.references = True, ["I love jazz."]
+    s.history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hey"},
+                 {"role": "user", "content": "music?"}]
+    s.last_knowledge = [{"id": "1", "title": "Jazz", "text": "Jazz is a music genre."}]
+    want = render_prompt([Turn("user", "hi"), Turn("bot", "hey"), Turn("user", "music?")], "bot", ["I love jazz."],
+                         ["Jazz is a music genre."])
+    assert s.prompt() == want and want.endswith("A: hi\nB: hey\nA: music?\nB:") and s.stops == ("\n",)
