@@ -130,3 +130,22 @@ def test_smollm2_template_kept_at_conversion_renders_like_transformers():
     for msgs in (MESSAGES[1:], MESSAGES, MESSAGES + [{"role": "assistant", "content": "bakes."},
                                                       {"role": "user", "content": "And then?"}]):
         assert fmt.render(msgs) == hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+
+@pytest.mark.skipif(named_models.installed_files(SMOL) is None, reason=f"{SMOL.package} not installed")
+def test_smollm2_chat_through_the_openai_client():
+    from mwb.evaluation.loading import load_language_model
+    _, lm = load_language_model("smollm2-135m", device="cpu")
+    fmt = chat_format_for(lm.tokenizer.path)
+    server, client = _serve(lm, fmt)
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    try:
+        out = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=12, temperature=0)
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=12, temperature=0, stream=True) if c.choices)
+    finally:
+        server.shutdown()
+        server.server_close()
+    want = generate(lm, [fmt.render(msgs)], SamplingParams(max_tokens=12, temperature=0, stop=fmt.stops))[0]
+    assert out.choices[0].message.content == want.text == streamed
+    assert "Paris" in want.text and "<|im" not in want.text
