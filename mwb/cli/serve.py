@@ -8,7 +8,8 @@ import click
 
 
 @click.command(help="Serve a GPT checkpoint over an OpenAI-compatible HTTP API (POST /v1/completions, "
-                    "GET /v1/models).")
+                    "POST /v1/chat/completions with streaming, GET /v1/models). Chat messages use the model's "
+                    "chat template when its tokenizer has one, else a plain 'User: ... / Assistant:' format.")
 @click.option("--checkpoint", default=None, help="mwb run/checkpoint directory or Hugging Face model directory "
                                                  "(default: the newest runs/pretrain-gpt-* run).")
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -20,6 +21,7 @@ import click
 @click.option("--quiet", is_flag=True, help="Do not log each request.")
 def serve(checkpoint, host, port, tokenizer, model_name, max_tokens_limit, quiet):
     from mwb.core.errors import MwbError
+    from mwb.evaluation.chat_format import chat_format_for
     from mwb.evaluation.loading import load_language_model, resolve_checkpoint
     from mwb.evaluation.server import Limits, make_server
 
@@ -27,12 +29,14 @@ def serve(checkpoint, host, port, tokenizer, model_name, max_tokens_limit, quiet
     _, lm = load_language_model(checkpoint, tokenizer)
     name = model_name or os.path.basename(os.path.normpath(checkpoint))
     try:
-        server = make_server(lm, host, port, name, Limits(max_tokens=max_tokens_limit), quiet=quiet)
+        chat_format = chat_format_for(tokenizer or lm.tokenizer.path)
+        server = make_server(lm, host, port, name, Limits(max_tokens=max_tokens_limit), quiet=quiet,
+                             chat_format=chat_format)
     except OSError as e:
         raise MwbError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another --port") from None
     h, p = server.server_address[:2]
-    click.echo(f"serving {name} on http://{h}:{p}/v1 (POST /v1/completions, GET /v1/models); Ctrl-C stops",
-               err=True)
+    click.echo(f"serving {name} on http://{h}:{p}/v1 (POST /v1/completions, POST /v1/chat/completions, "
+               f"GET /v1/models); chat format: {chat_format.source}; Ctrl-C stops", err=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -181,6 +181,7 @@ class _Row:
     context: list[int]
     generator: Optional[torch.Generator]
     done: bool = False
+    index: int = 0  # position in generate()'s result list
 
 
 def _prompt_row(lm, prompt: Union[str, Sequence[int]]) -> tuple[Generation, list[int]]:
@@ -273,7 +274,8 @@ class _PaddedBatch:
 
 
 @torch.no_grad()
-def _decode_batch(lm, rows: list[_Row], params: SamplingParams, echo_logprobs: bool) -> None:
+def _decode_batch(lm, rows: list[_Row], params: SamplingParams, echo_logprobs: bool,
+                  on_token: Optional[Callable[[int, Generation], None]] = None) -> None:
     """Extend every row of one left-padded batch until each is done (fills ``row.out`` in place)."""
     batch = _PaddedBatch(lm, [r.context for r in rows], params.use_cache)
     logits = batch.prefill(last_only=not echo_logprobs)
@@ -289,6 +291,8 @@ def _decode_batch(lm, rows: list[_Row], params: SamplingParams, echo_logprobs: b
         logp = F.log_softmax(last, dim=-1)  # the model's own log-probabilities, reported as they are
         for k, r in enumerate(active):
             _accept(r, picked[k], logp[k], lm, params, stops, step + 1 == params.max_tokens)
+            if on_token is not None:
+                on_token(r.index, r.out)
         keep = [k for k, r in enumerate(active) if not r.done]
         if not keep:
             break
@@ -348,12 +352,15 @@ def _beam_batch(lm, outs: list[Generation], contexts: list[list[int]], params: S
 
 def generate(lm, prompts: Union[str, Sequence[Union[str, Sequence[int]]]],
              params: Optional[SamplingParams] = None, batch_size: int = 16,
-             echo_logprobs: bool = False) -> list[Generation]:
+             echo_logprobs: bool = False,
+             on_token: Optional[Callable[[int, Generation], None]] = None) -> list[Generation]:
     """Complete each prompt (text or token ids) ``params.n`` times, ``batch_size`` rows at a time.
 
     Returns ``len(prompts) · n`` generations, prompt-major (prompt ``i``'s samples are ``i·n … i·n+n-1``).
     The same seed and prompts give the same completions on every run, every TP rank and every
-    ``batch_size`` (see the module docstring). ``echo_logprobs`` also scores the prompts' own tokens."""
+    ``batch_size`` (see the module docstring). ``echo_logprobs`` also scores the prompts' own tokens.
+    ``on_token(i, generation)`` is called after each decoding step of completion ``i`` (its tokens so far;
+    ``finish_reason`` is final once the row is done), which is how the server streams."""
     params = params or SamplingParams()
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -368,12 +375,12 @@ def generate(lm, prompts: Union[str, Sequence[Union[str, Sequence[int]]]],
         for j in range(params.n):
             gen = None if seed is None else row_generator(seed, len(rows), lm.device)
             copy = out if j == 0 else Generation(prompt=out.prompt, prompt_tokens=list(out.prompt_tokens))
-            rows.append(_Row(copy, context, gen))
+            rows.append(_Row(copy, context, gen, index=len(rows)))
     if params.max_tokens == 0 and not echo_logprobs:
         return [r.out for r in rows]
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i].context))  # similar lengths share a batch
     for start in range(0, len(order), batch_size):
-        _decode_batch(lm, [rows[i] for i in order[start:start + batch_size]], params, echo_logprobs)
+        _decode_batch(lm, [rows[i] for i in order[start:start + batch_size]], params, echo_logprobs, on_token)
     return [r.out for r in rows]
 
 

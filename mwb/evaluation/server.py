@@ -1,5 +1,5 @@
-"""An OpenAI-compatible completions server (``POST /v1/completions``, ``GET /v1/models``) on the standard
-library's ``ThreadingHTTPServer``.
+"""An OpenAI-compatible server (``POST /v1/completions``, ``POST /v1/chat/completions`` with streaming,
+``GET /v1/models``) on the standard library's ``ThreadingHTTPServer``.
 
 Why the standard library: no extra dependency, and the protocol is small. Each connection gets a thread,
 but the model runs under one lock, so requests are queued rather than interleaved (a KV cache or a TP
@@ -10,6 +10,10 @@ request can never bring the server down. It binds 127.0.0.1 unless told otherwis
 
 Log-probabilities follow the OpenAI/lm-evaluation-harness convention: with ``echo: true`` the prompt's
 tokens come first and the first one has ``null`` log-probability (nothing precedes it).
+
+Chat requests (:mod:`.chat_api`) are rendered with the model's chat template, or the plain format when it
+has none (:mod:`.chat_format`); ``"stream": true`` answers with server-sent events (``data: {...}`` chunks,
+then ``data: [DONE]``) in HTTP/1.1 chunked transfer encoding, so the connection stays usable afterwards.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 
+from .chat_api import chat_completion
+from .chat_format import ChatFormat
 from .generation import SamplingParams, generate
 
 
@@ -124,8 +130,9 @@ def parse_request(body: Any, lm, limits: Limits) -> tuple[list, SamplingParams, 
 class CompletionService:
     """The model behind a lock, and the translation between OpenAI JSON and :func:`generate`."""
 
-    def __init__(self, lm, model_name: str = "mwb", limits: Limits = Limits()) -> None:
-        self.lm, self.model_name, self.limits = lm, model_name, limits
+    def __init__(self, lm, model_name: str = "mwb", limits: Limits = Limits(),
+                 chat_format: ChatFormat = ChatFormat()) -> None:
+        self.lm, self.model_name, self.limits, self.chat_format = lm, model_name, limits, chat_format
         self.lock = threading.Lock()
         self.created = int(time.time())
 
@@ -205,6 +212,41 @@ def _handler(service: CompletionService, quiet: bool):
             else:
                 self._error(404, f"no route GET {self.path}", "not_found_error")
 
+        def _stream_chat(self, body) -> None:
+            """Chunked server-sent events; headers go out with the first chunk, so a request error found
+            before generation starts is still a plain 400."""
+            started = []
+
+            def send(obj) -> None:
+                if not started:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    started.append(True)
+                data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            try:
+                chat_completion(service, body, send, _num, RequestError)
+                send(b"[DONE]")
+            except (BrokenPipeError, ConnectionResetError):
+                raise
+            except Exception as e:  # after the headers, an error can only be one more event
+                if not started:
+                    raise
+                kind = "invalid_request_error" if isinstance(e, RequestError) else "server_error"
+                send({"error": {"message": f"{type(e).__name__}: {e}", "type": kind}})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _chat(self, body) -> None:
+            if isinstance(body, dict) and body.get("stream") is True:
+                return self._stream_chat(body)
+            self._send(200, chat_completion(service, body, None, _num, RequestError))
+
         def do_POST(self):
             path = self.path.split("?")[0].rstrip("/")
             try:
@@ -216,16 +258,21 @@ def _handler(service: CompletionService, quiet: bool):
                 self.close_connection = True  # do not read an oversized body
                 return self._error(413, f"request body of {length} bytes exceeds {service.limits.max_body_bytes}")
             raw = self.rfile.read(length)
-            if path != "/v1/completions":
+            if path not in ("/v1/completions", "/v1/chat/completions"):
                 return self._error(404, f"no route POST {self.path}", "not_found_error")
             try:
                 body = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as e:
                 return self._error(400, f"the request body is not valid JSON ({e})")
             try:
-                self._send(200, service.complete(body))
+                if path == "/v1/chat/completions":
+                    self._chat(body)
+                else:
+                    self._send(200, service.complete(body))
             except RequestError as e:
                 self._error(400, str(e))
+            except (BrokenPipeError, ConnectionResetError):  # the client left mid-stream
+                self.close_connection = True
             except Exception as e:  # never let one request take the server down
                 self._error(500, f"{type(e).__name__}: {e}", "server_error")
 
@@ -233,8 +280,11 @@ def _handler(service: CompletionService, quiet: bool):
 
 
 def make_server(lm, host: str = "127.0.0.1", port: int = 8000, model_name: str = "mwb",
-                limits: Limits = Limits(), quiet: bool = False) -> ThreadingHTTPServer:
-    """A bound (not yet serving) server; ``port=0`` picks a free port (see ``server.server_address``)."""
-    server = ThreadingHTTPServer((host, port), _handler(CompletionService(lm, model_name, limits), quiet))
+                limits: Limits = Limits(), quiet: bool = False,
+                chat_format: Optional[ChatFormat] = None) -> ThreadingHTTPServer:
+    """A bound (not yet serving) server; ``port=0`` picks a free port (see ``server.server_address``).
+    ``chat_format``: how chat messages become a prompt (default: the plain format)."""
+    service = CompletionService(lm, model_name, limits, chat_format or ChatFormat())
+    server = ThreadingHTTPServer((host, port), _handler(service, quiet))
     server.daemon_threads = True
     return server

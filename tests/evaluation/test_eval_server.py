@@ -94,7 +94,7 @@ def test_invalid_requests_are_400_json(base_url, body, fragment):
 def test_malformed_json_and_unknown_route(base_url):
     code, out = _post(base_url, None, raw=b"{not json")
     assert code == 400 and "not valid JSON" in out["error"]["message"]
-    req = urllib.request.Request(base_url + "/v1/chat/completions", data=b"{}")
+    req = urllib.request.Request(base_url + "/v1/embeddings", data=b"{}")
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=30)
     assert e.value.code == 404 and "error" in json.loads(e.value.read())

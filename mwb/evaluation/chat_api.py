@@ -1,0 +1,141 @@
+"""OpenAI's ``POST /v1/chat/completions`` over :func:`~mwb.evaluation.generation.generate`: messages are rendered
+with the model's chat format (:mod:`.chat_format`), the reply is generated like a completion and returned as
+a ``chat.completion``, or streamed as ``chat.completion.chunk`` server-sent events ending ``data: [DONE]``.
+
+Streaming sends text as it is decoded, with two hold-backs so nothing sent is ever taken back: text that
+could be the beginning of a stop string (it is sent once the string cannot form any more), and a trailing
+incomplete UTF-8 character (``\\ufffd`` from a token that ends mid-character). The finishing chunk of each
+choice (empty delta, ``finish_reason``) comes when the whole request is done; with
+``stream_options.include_usage`` a last chunk carries the token counts.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .chat_format import message_text
+from .generation import Generation, SamplingParams, generate
+
+ROLES = ("system", "user", "assistant", "developer")
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A validated chat request: the rendered prompt, sampling parameters and the streaming choice."""
+    prompt: str
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+def parse_chat_request(body: Any, chat_format, lm, limits, number, request_error) -> ChatRequest:
+    """``body`` (decoded JSON) → :class:`ChatRequest`; ``number(body, key, default, lo, hi, integer)`` and
+    ``request_error`` are the server's validators, so both endpoints answer bad input the same way."""
+    if not isinstance(body, dict):
+        raise request_error("the request body must be a JSON object")
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise request_error("'messages' must be a non-empty list of {\"role\", \"content\"} objects")
+    messages, chars = [], 0
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise request_error(f"messages[{i}] needs a 'role' of {', '.join(ROLES)}")
+        try:
+            text = message_text(m.get("content"), f"messages[{i}]")
+        except ValueError as e:
+            raise request_error(str(e)) from None
+        chars += len(text)
+        messages.append({"role": "system" if m["role"] == "developer" else m["role"], "content": text})
+    if chars > limits.max_prompt_chars:
+        raise request_error(f"the messages have {chars} characters; the limit is {limits.max_prompt_chars}")
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = number(body, key, min(512, limits.max_tokens), 1, limits.max_tokens, integer=True)
+    temperature = number(body, "temperature", 1.0, 0.0, 2.0)
+    top_p = number(body, "top_p", 1.0, 0.0, 1.0)
+    if top_p == 0:
+        raise request_error("'top_p' must be greater than 0")
+    n = number(body, "n", 1, 1, limits.max_prompts, integer=True)
+    seed = number(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True)
+    stop = body.get("stop")
+    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)) or len(stop) > limits.max_stops:
+        raise request_error(f"'stop' must be a string or a list of at most {limits.max_stops} strings")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise request_error("'stream' must be true or false")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise request_error("'stream_options' must be an object")
+    try:
+        prompt = chat_format.render(messages)
+    except Exception as e:  # a template that rejects these messages (raise_exception) or fails to render
+        raise request_error(f"the chat template cannot render these messages: {e}") from None
+    params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p), n=n,
+                            seed=seed, stop=tuple(dict.fromkeys(list(chat_format.stops) + stop)))
+    return ChatRequest(prompt, params, stream, bool(options.get("include_usage")))
+
+
+class _Streamer:
+    """Turns ``generate``'s per-step callbacks into content deltas that are never retracted."""
+
+    def __init__(self, lm, stops, send: Callable[[dict], None], chunk: Callable[[list], dict]) -> None:
+        self.lm, self.send, self.chunk = lm, send, chunk
+        self.hold = max((len(s) for s in stops if s), default=1) - 1
+        self.sent: dict[int, int] = {}
+
+    def _emit(self, index: int, text: str) -> None:
+        start = self.sent.get(index)
+        if start is None:
+            self.send(self.chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                                   "logprobs": None, "finish_reason": None}]))
+            start = self.sent[index] = 0
+        if len(text) > start:
+            self.send(self.chunk([{"index": index, "delta": {"content": text[start:]}, "logprobs": None,
+                                   "finish_reason": None}]))
+            self.sent[index] = len(text)
+
+    def step(self, index: int, out: Generation) -> None:
+        text = self.lm.decode(out.tokens)
+        safe = len(text) - self.hold
+        while safe > 0 and text[safe - 1] == "\ufffd":  # a character still being decoded
+            safe -= 1
+        self._emit(index, text[:max(safe, self.sent.get(index, 0))])
+
+    def finish(self, index: int, out: Generation) -> None:
+        self._emit(index, out.text)  # the final text: stop strings already cut off
+        self.send(self.chunk([{"index": index, "delta": {}, "logprobs": None,
+                               "finish_reason": out.finish_reason}]))
+
+
+def chat_completion(service, body: Any, send: Optional[Callable[[dict], None]] = None,
+                    number=None, request_error=ValueError) -> Optional[dict]:
+    """Answer one chat request: the ``chat.completion`` object, or (``stream``) every chunk through ``send``
+    and ``None``. ``service``: the server's model holder (``lm``, ``lock``, ``limits``, ``chat_format``)."""
+    req = parse_chat_request(body, service.chat_format, service.lm, service.limits, number, request_error)
+    if req.stream and send is None:
+        raise request_error("streaming needs a server that can stream")
+    rid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    head = {"id": rid, "created": created, "model": service.model_name}
+    streamer = None
+    if req.stream:
+        streamer = _Streamer(service.lm, req.params.stop, send,
+                             lambda choices: {**head, "object": "chat.completion.chunk", "choices": choices})
+    with service.lock:
+        try:
+            gens = generate(service.lm, [req.prompt], req.params, on_token=streamer.step if streamer else None)
+        except ValueError as e:  # e.g. the conversation is longer than the model's context
+            raise request_error(str(e)) from None
+    n_prompt = len(gens[0].prompt_tokens)
+    n_done = sum(len(g.tokens) for g in gens)
+    usage = {"prompt_tokens": n_prompt, "completion_tokens": n_done, "total_tokens": n_prompt + n_done}
+    if streamer is not None:
+        for i, g in enumerate(gens):
+            streamer.finish(i, g)
+        if req.include_usage:
+            send({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+        return None
+    choices = [{"index": i, "message": {"role": "assistant", "content": g.text}, "logprobs": None,
+                "finish_reason": g.finish_reason} for i, g in enumerate(gens)]
+    return {**head, "object": "chat.completion", "choices": choices, "usage": usage}
