@@ -26,7 +26,7 @@ from mwb.retrieval.matching import MATCH_MODES, first_hit, parse_ks, top_k_accur
 from mwb.retrieval.readers.base import ReaderConfig
 from mwb.retrieval.readers.loading import joint_run_parts, load_reader
 from mwb.retrieval.system import CONTROLS, RETRIEVERS, QASystem, build_system, default_encoder, format_table
-from mwb.retrieval.text import BUNDLED_QUESTIONS, read_questions
+from mwb.retrieval.text import BUNDLED_REAL_QUESTIONS, read_questions
 
 from .base import Option, Task
 from .registry import register
@@ -36,7 +36,7 @@ from .registry import register
 class QATask(Task):
     description = "open-domain QA retrieval: DPR (dense, faiss) and BM25 top-k accuracy on NQ-open style questions"
     objective = "custom"
-    default_data = BUNDLED_QUESTIONS
+    default_data = BUNDLED_REAL_QUESTIONS  # the real DPR questions the bundled evidence can answer
     options = {
         "retriever": Option(str, None, "dpr, bm25 or random (a control) (default: dpr and bm25, side by side)"),
         "evidence": Option(str, None, "evidence TSV: id<TAB>text<TAB>title (default: bundled Wikipedia sample)"),

@@ -5,8 +5,9 @@ each with the top ``--top-k`` passages BM25 retrieves from the evidence (``--evi
 <TAB>title`` TSV; default the bundled Wikipedia sample), fixed for the whole run — Sachan et al.'s reader
 training before joint training. ``--passages random`` gives each question K passages drawn at random
 instead (seeded per question): the control that says how much of the reader's EM the retriever earns.
-Splits: ``train`` is four questions in five, ``dev`` every fifth, ``all`` everything (a file the reader
-never trained on).
+Default questions: the bundled real DPR questions whose answer the evidence holds (``real_questions.jsonl.gz``),
+``--max-questions`` (500) of them spread evenly over the file. Splits: ``train`` is four questions in five,
+``dev`` every fifth, ``all`` everything (a file the reader never trained on).
 
 Inputs/objective: the reader of ``--reader`` — extractive (a BERT span reader; default start ``minilm-l6``)
 or fid (T5 Fusion-in-Decoder; start from a T5 such as ``mwb pretrain t5``) — :mod:`mwb.retrieval.readers`,
@@ -23,7 +24,7 @@ from mwb.retrieval.readers import training
 from mwb.retrieval.readers.base import KINDS, ReaderConfig, answer_char_spans, doc_context
 from mwb.retrieval.readers.loading import load_reader
 from mwb.retrieval.system import RandomRetriever
-from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_QUESTIONS, read_evidence, read_questions
+from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 from .base import Option, Task
 from .registry import register
@@ -37,7 +38,7 @@ class QAReader(Task):
     description = "open-domain QA reader (extractive BERT or T5 FiD) on BM25-retrieved passages: SQuAD EM/F1"
     objective = "custom"
     metric = "exact_match"
-    default_data = BUNDLED_QUESTIONS
+    default_data = BUNDLED_REAL_QUESTIONS
     training = training
     options = {
         "split": Option(str, None, "train, dev (every fifth question) or all (default: dev)"),
@@ -48,6 +49,7 @@ class QAReader(Task):
         "passages": Option(str, "bm25", "bm25 (retrieved) or random (a control)"),
         "reader_length": Option(int, 192, "tokens per question + passage input"),
         "answer_length": Option(int, 16, "FiD: answer tokens; extractive: longest span (tokens)"),
+        "max_questions": Option(int, 500, "questions kept, evenly spread over the file (0: all)"),
     }
 
     def __init__(self, **opts) -> None:
@@ -93,7 +95,9 @@ class QAReader(Task):
         return self._bm25.search(questions, k)[1].tolist()
 
     def read(self, path: str, split: str) -> list[dict]:
-        qs = read_questions(path)
+        qs, n = read_questions(path), self.opts["max_questions"]
+        if n and len(qs) > n:  # an even spread keeps every dataset of a file grouped by dataset
+            qs = [qs[i * len(qs) // n] for i in range(n)]
         if split != "all":
             qs = [q for i, q in enumerate(qs) if (i % 5 == 4) == (split == "dev")]
         ev = self.evidence()
