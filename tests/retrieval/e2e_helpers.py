@@ -99,7 +99,7 @@ def joint_run(layout: dict, world: int, tok_path: str, evidence_path: str, quest
         from mwb.core.parallel.state import single_process_state
         from mwb.retrieval.biencoder import build_biencoder
         enc = build_biencoder(cfg.model, rcfg, single_process_state(), MODEL["vocab_size"], cfg.train.seed)
-        return {"indexer_refreshes": indexer_loop(roles, enc, tok, ev, rcfg, batch_size=8)}
+        return {"indexer_refreshes": indexer_loop(roles, enc, tok, ev, rcfg, batch_size=rc.batch_size)}
     trainer = joint_trainer(cfg, rcfg, method, 3, lambda state, device, dtype: ToyReader(tok, MODEL["vocab_size"]),
                             questions, ev, tok, roles.trainers if roles else world)
     snapshots = {}
@@ -115,3 +115,15 @@ def joint_run(layout: dict, world: int, tok_path: str, evidence_path: str, quest
             "retriever_loss": [h.extra["retriever_loss"] for h in hist],
             "final_index": (index.version, index.weights_step, np.array(index.embeddings)),
             "snapshots": snapshots}
+
+
+def layouts_worker(rank: int, world: int, tok_path: str, evidence: str, questions: list) -> dict:
+    """On 2 ranks: DP2 and TP2 joint runs (both methods), then 1 trainer + 1 indexer (async, forced wait)."""
+    out = {}
+    for name, layout in (("dp2", {"tp": 1}), ("tp2", {"tp": 2})):
+        for method in ("emdr2", "individual"):
+            out[f"{name}-{method}"] = joint_run(layout, world, tok_path, evidence, questions, method,
+                                                {"every": 2}, steps=4)
+    out["async"] = joint_run({"tp": 1}, 1, tok_path, evidence, questions, "emdr2",
+                             {"every": 2, "indexer_ranks": 1, "wait": True}, steps=4)
+    return out

@@ -35,3 +35,29 @@ def test_no_refresh_keeps_version_zero(setup):
     tok, evidence, questions = setup
     out = joint_run(ONE, 1, tok, evidence, questions, "emdr2", {"every": 0}, steps=3)
     assert out["version"] == [0, 0, 0] and out["weights_step"] == [0, 0, 0]
+
+
+def _same(a, b):
+    np.testing.assert_allclose(a["loss"], b["loss"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(a["retriever_loss"], b["retriever_loss"], rtol=0, atol=1e-5)
+    assert a["version"] == b["version"]
+
+
+def test_dp2_tp2_and_async_indexer_match_one_process(setup):
+    tok, evidence, questions = setup
+    ref = {m: joint_run(ONE, 1, tok, evidence, questions, m, {"every": 2}, steps=4) for m in ("emdr2", "individual")}
+    ranks = run_ranks(_worker, 2, tok, evidence, questions, timeout_s=600)
+    for name in ("dp2", "tp2"):
+        for m in ("emdr2", "individual"):
+            _same(ranks[0][f"{name}-{m}"], ref[m])
+    # async with the indexer forced to finish before the swap = sync: same losses, same index
+    trainer, indexer = ranks
+    _same(trainer["async"], ref["emdr2"])
+    assert indexer["async"] == {"indexer_refreshes": 3}  # version 0, after step 2, after step 4
+    assert trainer["async"]["final_index"][:2] == ref["emdr2"]["final_index"][:2] == (2, 4)
+    assert trainer["async"]["weights_step"] == ref["emdr2"]["weights_step"]
+
+
+def _worker(rank, world, tok, evidence, questions):
+    from tests.retrieval.e2e_helpers import layouts_worker
+    return layouts_worker(rank, world, tok, evidence, questions)

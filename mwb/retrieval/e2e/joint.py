@@ -2,8 +2,8 @@
 
 :class:`JointSpec` plugs the pair into the shared training loop (:class:`~mwb.core.training.trainer.Trainer`)
 as one module, :class:`JointModel` (``retriever``: the BERT bi-encoder, built tensor-parallel like any mwb
-model; ``reader``: any object with the reader interface ``loss`` / ``doc_logprobs`` / ``predict`` that is
-also an ``nn.Module``). Per micro-batch of questions:
+model; ``reader``: any object with the reader interface of :mod:`mwb.retrieval.readers.base`, its module
+``reader.model`` trained alongside). Per micro-batch of questions:
 
 1. the query tower embeds the questions; the current :class:`~.refresh.VersionedIndex` returns the top-K
    passages (faiss search on the detached query, so retrieval itself has no gradient);
@@ -40,9 +40,14 @@ METHODS = ("individual", "emdr2")
 
 
 class JointModel(nn.Module):
-    def __init__(self, retriever: nn.Module, reader: nn.Module) -> None:
+    """``retriever`` (bi-encoder) and ``reader_model`` (the reader's module) as one trainable module;
+    ``reader`` is the reader object whose interface the spec calls (itself, when it is a module)."""
+
+    def __init__(self, retriever: nn.Module, reader) -> None:
         super().__init__()
-        self.retriever, self.reader = retriever, reader
+        self.retriever = retriever
+        self.reader_model = reader if isinstance(reader, nn.Module) else reader.model
+        object.__setattr__(self, "reader", reader)  # not registered twice
 
 
 class QuestionSet(_Permuted):
