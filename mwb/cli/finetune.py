@@ -121,10 +121,12 @@ def finetune(ctx, list_):
         for name, cls in list_tasks(trainable=True).items():
             click.echo(f"{name:16s} {cls.description}")
         click.echo(f"{'dpr':16s} DPR bi-encoder retriever, in-batch negatives (mwb/retrieval)")
+        click.echo(f"{'e2e-qa':16s} joint retriever + reader training, EMDR2 / individual top-k (mwb/retrieval/e2e)")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
 
-from .retrieval_cmds import dpr  # noqa: E402  (DPR bi-encoder fine-tuning, mwb/retrieval)
+from .retrieval_cmds import dpr, e2e_qa  # noqa: E402  (DPR, joint retriever + reader: mwb/retrieval)
 
 finetune.add_command(dpr)
+finetune.add_command(e2e_qa)
