@@ -109,7 +109,7 @@ def dpr(data, valid, hard_negatives, **kw):
 @click.option("--questions", default=None, type=click.Path(),
               help="Questions: question<TAB>[\"answer\", ...] or jsonl (records with split=train train; default "
                    "split: every 4th held out).")
-@click.option("--refresh-every", type=int, default=10, show_default=True, help="Re-embed the evidence every N steps (0: never).")
+@click.option("--refresh-every", type=int, default=8, show_default=True, help="Re-embed the evidence every N steps (0: never).")
 @click.option("--indexer-ranks", type=int, default=0, show_default=True,
               help="Ranks (of --nproc) that only re-embed the evidence, asynchronously.")
 @click.option("--reader-length", type=int, default=192, show_default=True, help="Reader tokens per passage.")

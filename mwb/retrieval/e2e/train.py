@@ -80,7 +80,7 @@ def say_rank0(rank: int):
 
 # ------------------------------------------------------------------------------------ the command flow
 
-DEFAULTS = {"train": {"steps": 30, "micro_batch_size": 4, "global_batch_size": 4, "seq_length": 128,
+DEFAULTS = {"train": {"steps": 16, "micro_batch_size": 4, "global_batch_size": 4, "seq_length": 128,
                       "eval_interval": 0, "save_interval": 0},
             "optim": {"lr": 2e-5, "min_lr": 2e-6, "warmup_steps": 3}}
 DEFAULT_RETRIEVER = "minilm-l6"
@@ -115,6 +115,15 @@ def split_questions(records: list[dict]) -> tuple[list[dict], list[dict]]:
     return train, held
 
 
+def answerable(records: list[dict], evidence) -> list[dict]:
+    """The questions with an answer somewhere in the evidence (DPR's has-answer rule)."""
+    from ..matching import has_answer, normalize, simple_tokens
+
+    tokens = [simple_tokens(normalize(t)) for t in evidence.texts]
+    return [r for r in records if any(has_answer(r["answers"], t, text_tokens=k)
+                                      for t, k in zip(evidence.texts, tokens))]
+
+
 def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, top_k: int,
              evidence: Optional[str], questions: Optional[str], refresh: RefreshConfig,
              reader_length: int = 192):
@@ -145,14 +154,20 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
     rcfg = source.rcfg.replace(normalize=False, context_length=cfg.train.seq_length)
     if reader:
         reader = local_checkpoint(reader)
-        rc, _, _, _ = full_state(reader)
-        kind, model_tree = reader_kind(rc.model.arch, reader), dataclasses.asdict(rc.model)
-    elif method == "individual":  # an extractive BERT reader from the retriever's own BERT
-        kind, model_tree, reader = "extractive", dataclasses.asdict(cfg.model), source.path
+        rc, rvocab, _, _ = full_state(reader)
+        kind = reader_kind(rc.model.arch, reader)
+        model_tree = dataclasses.asdict(dataclasses.replace(rc.model, vocab_size=rvocab))
+    elif method == "individual":  # an extractive BERT reader from the retriever's BERT (else MiniLM's)
+        reader = source.path if source.kind != "mwb-biencoder" else local_checkpoint(DEFAULT_RETRIEVER)
+        rc, rvocab, _, _ = full_state(reader)
+        kind, model_tree = "extractive", dataclasses.asdict(dataclasses.replace(rc.model, vocab_size=rvocab))
     else:  # a tiny T5 FiD reader on the retriever's tokenizer, from random weights
         kind = "fid"
         t5 = apply_preset(type(cfg)(), "t5-tiny").model
         model_tree = dataclasses.asdict(dataclasses.replace(t5, vocab_size=source.vocab_size))
+    if model_tree["vocab_size"] != source.vocab_size:
+        raise ConfigError(f"the reader's vocabulary ({model_tree['vocab_size']}) differs from the retriever's "
+                          f"({source.vocab_size}): joint training reads both with the retriever's tokenizer")
     length = min(reader_length, model_tree["max_position_embeddings"])
     plan = E2EPlan(os.path.abspath(source.path), os.path.abspath(reader) if reader else None, kind, model_tree,
                    dataclasses.asdict(ReaderConfig(seq_length=length)), method, top_k,
@@ -249,7 +264,13 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
         indexer_loop(roles, enc, tok, evidence, rcfg, device, refresh.batch_size,
                      say=say_rank0(roles.rank - roles.trainers))
         return
-    train_q, held_q = split_questions(read_questions(plan.questions))
+    records = read_questions(plan.questions)
+    usable = answerable(records, evidence)
+    if not usable:
+        from mwb.core.errors import DataError
+        raise DataError(f"none of the {len(records)} questions of {plan.questions} has an answer in {plan.evidence}")
+    train_q, held_q = split_questions(usable)
+    say(f"mwb: {len(usable)} of {len(records)} questions have an answer in the evidence (DPR's has-answer rule)")
     trainer = joint_trainer(cfg, rcfg, plan.method, plan.top_k, reader_factory(plan, tok, cfg.train.seed),
                             train_q, evidence, tok, roles.trainers if roles else world, device)
     ckpt_root = os.path.join(out, "checkpoints")
