@@ -80,7 +80,7 @@ def config(layout: dict, steps: int, gbs: int = 4, mbs: int = 2):
 
 
 def joint_run(layout: dict, world: int, tok_path: str, evidence_path: str, questions: list, method: str,
-              refresh: dict, steps: int = 4, keep=None) -> dict:
+              refresh: dict, steps: int = 4, keep=None, roles=None) -> dict:
     """Per-step losses, index versions and weights steps of a tiny joint run in ``layout`` on ``world``
     training ranks (``refresh['indexer_ranks']`` > 0: the job's last ranks index instead)."""
     from mwb.core.tokenizers import load_tokenizer
@@ -94,7 +94,8 @@ def joint_run(layout: dict, world: int, tok_path: str, evidence_path: str, quest
     rcfg = RetrievalConfig(query_length=RCFG["query_length"], context_length=RCFG["context_length"])
     rc = RefreshConfig(**refresh)
     cfg = config(layout, steps)
-    roles = split_roles(rc.indexer_ranks, 60) if rc.indexer_ranks else None
+    if rc.indexer_ranks and roles is None:
+        roles = split_roles(rc.indexer_ranks, 60)
     if roles is not None and roles.indexer:
         from mwb.core.parallel.state import single_process_state
         from mwb.retrieval.biencoder import build_biencoder
@@ -124,6 +125,10 @@ def layouts_worker(rank: int, world: int, tok_path: str, evidence: str, question
         for method in ("emdr2", "individual"):
             out[f"{name}-{method}"] = joint_run(layout, world, tok_path, evidence, questions, method,
                                                 {"every": 2}, steps=4)
+    from mwb.retrieval.e2e.refresh import split_roles
+    roles = split_roles(1, 60)
     out["async"] = joint_run({"tp": 1}, 1, tok_path, evidence, questions, "emdr2",
-                             {"every": 2, "indexer_ranks": 1, "wait": True}, steps=4)
+                             {"every": 2, "indexer_ranks": 1, "wait": True}, steps=4, roles=roles)
+    out["async-overlap"] = joint_run({"tp": 1}, 1, tok_path, evidence, questions, "emdr2",
+                                     {"every": 2, "indexer_ranks": 1}, steps=6, roles=roles)
     return out

@@ -56,6 +56,10 @@ def test_dp2_tp2_and_async_indexer_match_one_process(setup):
     assert indexer["async"] == {"indexer_refreshes": 3}  # version 0, after step 2, after step 4
     assert trainer["async"]["final_index"][:2] == ref["emdr2"]["final_index"][:2] == (2, 4)
     assert trainer["async"]["weights_step"] == ref["emdr2"]["weights_step"]
+    # overlapped: weights sent at step 2 are embedded while steps 3-4 train and swapped in at step 4
+    overlap = trainer["async-overlap"]
+    assert overlap["version"] == [0, 0, 0, 0, 1, 1] and overlap["weights_step"] == [0, 0, 0, 0, 2, 2]
+    assert overlap["final_index"][:2] == (2, 4) and indexer["async-overlap"] == {"indexer_refreshes": 3}
 
 
 def _worker(rank, world, tok, evidence, questions):
