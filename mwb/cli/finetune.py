@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -23,24 +24,30 @@ FINETUNE_DEFAULTS = {
 
 
 def latest_run(prefix: str):
-    runs = sorted(glob.glob(os.path.join("runs", f"{prefix}-*")), key=os.path.getmtime, reverse=True)
-    for run in runs:
+    """The newest complete run ``runs/PREFIX-<YYYYmmdd-HHMMSS>`` (not ``runs/PREFIX-pubmed-...``)."""
+    pattern = re.compile(re.escape(prefix) + r"-\d{8}-\d{6}$")
+    runs = [r for r in glob.glob(os.path.join("runs", f"{prefix}-*")) if pattern.match(os.path.basename(r))]
+    for run in sorted(runs, key=os.path.getmtime, reverse=True):
         if os.path.isfile(os.path.join(run, "checkpoints", "latest")):
             return run
     return None
 
 
-def default_checkpoint(arch: str, say) -> str:
-    """The newest ``mwb pretrain ARCH`` run, or a short one trained now (said out loud)."""
-    prefix = PRETRAIN_FOR[arch]
+def default_checkpoint(arch: str, say, data=None, steps: int = 300) -> str:
+    """The newest ``mwb pretrain ARCH`` run (on named data ``data``, e.g. ``pubmed``, when the task asks for
+    it), or a short one trained now (said out loud)."""
+    prefix = PRETRAIN_FOR[arch] + (f"-{data}" if data else "")
+    corpus = f"named data '{data}'" if data else "the bundled corpus"
     run = latest_run(prefix)
     if run:
-        say(f"mwb: no --checkpoint given: fine-tuning the newest {arch.upper()} pretraining run {run}")
+        say(f"mwb: no --checkpoint given: fine-tuning the newest {arch.upper()} pretraining run on {corpus}: {run}")
         return run
     out = default_out(prefix)
-    say(f"mwb: no --checkpoint given and no {arch.upper()} pretraining run under runs/: pretraining a tiny "
-        f"{arch.upper()} first ({out}, 300 steps on the bundled corpus)")
-    cmd = [sys.executable, "-m", "mwb", "pretrain", arch, "--steps", "300", "--eval-interval", "0", "--out", out]
+    say(f"mwb: no --checkpoint given and no {prefix} run under runs/: pretraining a tiny {arch.upper()} first "
+        f"({out}, {steps} steps on {corpus})")
+    cmd = [sys.executable, "-m", "mwb", "pretrain", arch, "--steps", str(steps), "--eval-interval", "0", "--out", out]
+    if data:
+        cmd += ["--data", data]
     if subprocess.call(cmd) != 0:
         raise click.ClickException(f"the {arch.upper()} pretraining run failed; pass --checkpoint DIR")
     return out
@@ -71,7 +78,8 @@ def _task_command(name: str, cls) -> click.Command:
         task = cls(**task_opts)
         say = lambda m: click.echo(m, err=True)  # noqa: E731
         data = data or task.data_path(None)  # a task without bundled data fails before any pretraining
-        checkpoint = local_checkpoint(checkpoint) if checkpoint else default_checkpoint(arch, say)
+        checkpoint = local_checkpoint(checkpoint) if checkpoint else default_checkpoint(
+            arch, say, *getattr(cls, "default_pretraining", (None, 300)))
         pre_cfg, _, _, tok_path = full_state(checkpoint)
         check_arch(task, pre_cfg.model.arch, checkpoint)
         tokenizer = kw.get("tokenizer") or tok_path

@@ -13,6 +13,7 @@ import time
 from typing import Optional
 
 from mwb.core.config import ConfigError, RunConfig, dump_yaml, update
+from mwb.core.data import pubmed
 from mwb.core.errors import DataError
 
 SYNTHETIC = "synthetic"
@@ -36,6 +37,8 @@ def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
         data, tok_path = default_data(arch)
         if cfg.data.tokenizer:
             tok_path = cfg.data.tokenizer
+    elif pubmed.is_named(data):  # --data pubmed | pubmed-uncased | pubmed-general: real MEDLINE abstracts
+        data, tok_path = pubmed.named_data(str(data[0]))
     else:
         tok_path = cfg.data.tokenizer
         if not tok_path:

@@ -100,6 +100,9 @@ class NER(Task):
     objective = "token_classification"
     metric = "f1"
     default_data = SILVER
+    # no --checkpoint: a tiny BERT pretrained on real PubMed abstracts with the biomedical vocabulary
+    # (``mwb pretrain bert --data pubmed``, mwb/core/data/pubmed.py), as BioMegatron starts from
+    default_pretraining = ("pubmed", 600)
     options = {**Task.options,
                "train_with_dev": Option(bool, False, "Train on train.tsv + devel.tsv (BioBERT's final setting).")}
 

@@ -60,3 +60,29 @@ def test_bad_xml_is_a_data_error(tmp_path, content, needle):
     path.write_text(content)
     with pytest.raises(DataError, match=needle):
         list(iter_medline(str(path)))
+
+
+def test_named_pubmed_data_builds_sentences_with_a_learned_vocabulary(tmp_path, monkeypatch):
+    """``--data pubmed``: a WordPiece learned from the abstracts, sentence-level .bin/.idx, both cached;
+    pretraining's data step resolves the name (here on the sample instead of the package file)."""
+    from mwb.core.data import pubmed
+    from mwb.core.tokenizers import load_tokenizer
+
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "pubmed_sample.xml.gz"
+    path.write_bytes(gzip.compress(XML.encode()))
+    monkeypatch.setitem(pubmed.NAMED, "pubmed", pubmed.PubmedData("pubmed", "learned", False, vocab_size=120))
+    monkeypatch.setattr(pubmed, "medline_file", lambda name=pubmed.TRAIN_FILE: str(path))
+    prefixes, tok_path = pubmed.named_data("pubmed")
+    tok = load_tokenizer(tok_path)
+    ix = IndexedDataset(prefixes[0])
+    assert ix.num_documents == 2 and len(ix) == 5  # title + 2 sentences, title + 1 sentence
+    assert tok.decode(ix[0]).replace(" ", "") == "Cisplatinnephrotoxicityinrats."
+    assert pubmed.named_data("pubmed") == (prefixes, tok_path)  # reused from the cache
+
+    from mwb.core.config import RunConfig, update
+    from mwb.pretraining.run import prepare_data
+    plan = prepare_data(update(RunConfig(), {"model": {"arch": "bert"}, "data": {"data": ["pubmed"]}}))
+    assert plan.data == prefixes and plan.tokenizer.startswith(tok_path)
+    with pytest.raises(DataError, match="unknown named data"):
+        pubmed.named_data("pubmed-nope")
