@@ -78,8 +78,9 @@ def _task_command(name: str, cls) -> click.Command:
         task = cls(**task_opts)
         say = lambda m: click.echo(m, err=True)  # noqa: E731
         data = data or task.data_path(None)  # a task without bundled data fails before any pretraining
-        checkpoint = local_checkpoint(checkpoint) if checkpoint else default_checkpoint(
-            arch, say, *getattr(cls, "default_pretraining", (None, 300)))
+        start = getattr(task, "base_checkpoint", lambda say: None)  # a task's own starting model (qa-reader)
+        checkpoint = local_checkpoint(checkpoint or start(say) or default_checkpoint(
+            getattr(task, "base_arch", arch), say, *getattr(cls, "default_pretraining", (None, 300))))
         pre_cfg, _, _, tok_path = full_state(checkpoint)
         check_arch(task, pre_cfg.model.arch, checkpoint)
         tokenizer = kw.get("tokenizer") or tok_path

@@ -43,7 +43,7 @@ def _run(kind: str, kw: dict, data, valid, rcfg_flags: dict) -> None:
     from mwb.retrieval.train import base_config, plan_run, train_retriever
 
     checkpoint = kw.pop("checkpoint", None)
-    out = kw.get("out") or default_out(f"{'pretrain' if kind == 'ict' else 'finetune'}-{kind}")
+    out = kw.get("out") or default_out(f"{'finetune' if kind == 'dpr' else 'pretrain'}-{kind}")
     resume_cfg = os.path.join(out, "config.yaml")
     if kw.get("resume") and os.path.exists(resume_cfg):
         import yaml
@@ -76,6 +76,26 @@ def _run(kind: str, kw: dict, data, valid, rcfg_flags: dict) -> None:
 def ict(evidence, valid, query_in_block_prob, **kw):
     flags = _rcfg_flags(kw, query_in_block_prob=query_in_block_prob)
     _run("ict", kw, evidence, valid, flags)
+
+
+@click.command(name="mss", help="Pretrain a bi-encoder on masked salient spans (MSS) of an evidence corpus.\n\n"
+               "A sentence with one name or date (a regex detector, mwb/retrieval/salient_spans.py) masked is the "
+               "query and its passage (the sentence removed 90% of the time, as in ICT) the positive; other "
+               "passages of the batch are the negatives. With no arguments: minilm-l6 (all-MiniLM-L6-v2) on the "
+               "bundled Wikipedia sample; evaluate with `mwb eval qa --checkpoint OUT`.")
+@training_options
+@_biencoder_options
+@click.option("--evidence", default=None, type=click.Path(),
+              help="Evidence TSV (id<TAB>text<TAB>title, DPR's format); default: the bundled sample.")
+@click.option("--valid", default=None, type=click.Path(), help="Held-out evidence TSV (default: every 20th passage).")
+@click.option("--query-in-block-prob", type=float, default=None,
+              help="Chance the masked sentence stays in its block (default 0.1).")
+def mss(evidence, valid, query_in_block_prob, **kw):
+    if not kw.get("checkpoint") and not kw.get("resume"):
+        click.echo("mwb: no --checkpoint given: MSS starts from minilm-l6 (all-MiniLM-L6-v2)", err=True)
+        kw["checkpoint"] = "minilm-l6"
+    flags = _rcfg_flags(kw, query_in_block_prob=query_in_block_prob)
+    _run("mss", kw, evidence, valid, flags)
 
 
 @click.command(name="dpr", help="Fine-tune a DPR bi-encoder on DPR's JSON (question, answers, positive_ctxs, "

@@ -11,6 +11,11 @@ ICT (Lee et al. 2019; Megatron's ``ICTDataset``): a block is an evidence passage
 sentence is the pseudo-query and the block is its positive; the sentence is removed from the block with
 probability ``1 - query_in_block_prob`` (0.9 by default), so the model cannot rely on exact overlap alone.
 
+MSS (masked salient spans; REALM, Sachan et al. 2021): the query is a sentence of a block with one salient
+span (a name or a date, :mod:`.salient_spans`) replaced by the tokenizer's mask token (``_`` without one);
+blocks, the positive and the sentence's removal from it are ICT's, so the two differ only in the query maker.
+The span is what the query asks for: the block that holds the sentence should be found without it.
+
 DPR (Karpukhin et al. 2020): the first positive context is the positive (DPR's default); hard negatives are a
 per-sample random choice of ``hard_negatives`` from ``hard_negative_ctxs``, topped up from ``negative_ctxs``
 and then from other questions' positives when a record has too few, so every sample has the same shape.
@@ -28,6 +33,7 @@ import numpy as np
 from mwb.core.data.sentences import split_sentences
 from mwb.core.errors import DataError
 
+from .salient_spans import salient_spans
 from .text import context_ids, context_sequence, pad_batch, query_ids, query_sequence, specials
 
 EPOCH_SAMPLES = 10**9
@@ -89,6 +95,40 @@ class ICTDataset(_Permuted):
         rng = np.random.default_rng([self.seed, 11, int(i)])
         s = int(rng.integers(len(sents)))
         query = query_sequence(self.cls, self.sep, sents[s], self.rcfg.query_length)
+        keep = rng.random() < self.rcfg.query_in_block_prob
+        body = [t for j, sent in enumerate(sents) if keep or j != s for t in sent]
+        context = context_sequence(self.cls, self.sep, title, body, self.rcfg.context_length)
+        return _sample(query, [context], self.rcfg, self.pad)
+
+
+class MSSDataset(ICTDataset):
+    """Masked-salient-span queries over ICT's blocks (those with a sentence that has a salient span)."""
+
+    def __init__(self, evidence, tok, rcfg, seed: int, rows=None, num_samples: Optional[int] = None) -> None:
+        super().__init__(evidence, tok, rcfg, seed, rows, num_samples)
+        self.tok = tok
+        self.mask = [tok.mask] if getattr(tok, "mask", None) is not None else tok.encode(" _")
+        self.salient = []  # (block, [(sentence, [spans])]) for blocks with a salient span
+        for b, (_, sents) in enumerate(self.blocks):
+            found = [(j, spans) for j, sent in enumerate(sents) if (spans := salient_spans(sent))]
+            if found:
+                self.salient.append((b, found))
+        if not self.salient:
+            raise DataError(f"{evidence.path}: no sentence has a salient span (a capitalised name or a date)")
+        _Permuted.__init__(self, len(self.salient), seed, num_samples)
+
+    def query(self, sentence: str, span) -> list[int]:
+        """The sentence's tokens with the span's replaced by the mask token."""
+        left, right = sentence[:span.start].rstrip(), sentence[span.end:]
+        return (self.tok.encode(" " + left) if left else []) + self.mask + (self.tok.encode(right) if right else [])
+
+    def __getitem__(self, i: int) -> dict:
+        b, found = self.salient[self.record(i)]
+        title, sents = self.tokens[b]
+        rng = np.random.default_rng([self.seed, 17, int(i)])
+        s, spans = found[int(rng.integers(len(found)))]
+        q = self.query(self.blocks[b][1][s], spans[int(rng.integers(len(spans)))])
+        query = query_sequence(self.cls, self.sep, q, self.rcfg.query_length)
         keep = rng.random() < self.rcfg.query_in_block_prob
         body = [t for j, sent in enumerate(sents) if keep or j != s for t in sent]
         context = context_sequence(self.cls, self.sep, title, body, self.rcfg.context_length)

@@ -14,7 +14,10 @@ import glob
 import importlib.util
 import os
 import sys
+import zlib
 from typing import Callable, Optional
+
+import numpy as np
 
 from mwb.core.config import ConfigError, RunConfig
 
@@ -22,6 +25,7 @@ from .matching import normalize, simple_tokens
 from .text import BUNDLED_EVIDENCE, read_evidence
 
 RETRIEVERS = ("dpr", "bm25")
+CONTROLS = ("random",)  # run only when asked for (--retriever random): what a reader gets without retrieval
 
 
 def minilm_dir() -> Optional[str]:
@@ -115,6 +119,20 @@ class DenseRetriever:
         return self.index.search(embed_texts(self.model, "query", batches, self.device).numpy(), k)
 
 
+class RandomRetriever:
+    """K distinct passages drawn uniformly at random per question, seeded by the question's text (the same
+    draw in every run and on every rank): the no-retrieval control for top-k accuracy and reader EM."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def search(self, questions, k: int):
+        k = min(int(k), self.n)
+        rows = np.array([np.random.default_rng(zlib.crc32(q.encode())).choice(self.n, k, replace=False)
+                         for q in questions], dtype=np.int64).reshape(len(questions), k)
+        return np.zeros(rows.shape, dtype=np.float32), rows
+
+
 def _say(msg: str) -> None:
     if os.environ.get("RANK", "0") in ("", "0"):
         print(f"mwb: {msg}", file=sys.stderr, flush=True)
@@ -157,15 +175,19 @@ def build_system(opts: dict, retrievers, checkpoint: str, tokenizer: Optional[st
         from .bm25 import BM25Retriever
 
         system.retrievers["bm25"] = BM25Retriever(evidence)
+    if "random" in retrievers:
+        system.retrievers["random"] = RandomRetriever(len(evidence))
     _say(f"evidence: {evidence.path} ({len(evidence)} passages)")
     return cfg, system
 
 
 def format_table(metrics: dict, names, ks) -> str:
-    """A small side-by-side table of top-k accuracy (percent) per retriever."""
-    head = "retriever " + "".join(f"{'top-' + str(k):>9s}" for k in ks)
+    """A small side-by-side table of top-k accuracy (percent) per retriever, and reader EM/F1 when scored."""
+    read = bool(names) and f"{names[0]}_exact_match" in metrics
+    head = "retriever " + "".join(f"{'top-' + str(k):>9s}" for k in ks) + ("       EM       F1" if read else "")
     lines = [head, "-" * len(head)]
     for name in names:
-        lines.append(f"{name:9s} " + "".join(f"{100 * metrics[f'{name}_top{k}']:8.1f}%" for k in ks))
+        lines.append(f"{name:9s} " + "".join(f"{100 * metrics[f'{name}_top{k}']:8.1f}%" for k in ks)
+                     + ("".join(f"{metrics[f'{name}_{m}']:8.1f}%" for m in ("exact_match", "f1")) if read else ""))
     lines.append(f"({metrics.get('num_questions', 0)} questions)")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``mwb pretrain ict`` and ``mwb finetune dpr``: train a bi-encoder with the shared trainer, log, checkpoint.
+"""``mwb pretrain ict``, ``mwb pretrain mss`` and ``mwb finetune dpr``: train a bi-encoder with the shared trainer, log, checkpoint.
 
 The flow is ``mwb pretrain``'s (:mod:`mwb.pretraining.run`): the launching process resolves the tokenizer,
 data and initial weights once (:func:`plan_run`), then every rank runs :func:`rank_main` — on this process,
@@ -24,10 +24,14 @@ from mwb.core.presets import apply_preset
 from .biencoder import RetrievalConfig
 from .text import BUNDLED_DPR_TRAIN, BUNDLED_EVIDENCE
 
-KINDS = ("ict", "dpr")
+KINDS = ("ict", "mss", "dpr")
+BLOCK_KINDS = ("ict", "mss")  # pseudo-queries made from evidence blocks (ICT: a sentence; MSS: a masked salient span)
 # Bundled-default schedules: a tiny BERT trains in about a minute on two CPU cores.
 DEFAULTS = {
     "ict": {"train": {"steps": 150, "micro_batch_size": 32, "global_batch_size": 32, "seq_length": 128,
+                      "eval_interval": 50, "eval_steps": 2},
+            "optim": {"lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 10}},
+    "mss": {"train": {"steps": 100, "micro_batch_size": 32, "global_batch_size": 32, "seq_length": 128,
                       "eval_interval": 50, "eval_steps": 2},
             "optim": {"lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 10}},
     "dpr": {"train": {"steps": 50, "micro_batch_size": 16, "global_batch_size": 16, "seq_length": 128,
@@ -88,7 +92,7 @@ def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], v
             base = base.replace(score_scale="temperature", temperature=0.05)
     elif source is None:
         base = FROM_SCRATCH
-    elif kind == "ict":
+    elif kind in BLOCK_KINDS:
         base = base.replace(score_scale="sqrt")  # Megatron's ICT recipe (--retriever-score-scaling)
     rcfg = base.replace(**{"context_length": cfg.train.seq_length, **rcfg_flags})
     if source is not None and cfg.model.vocab_size not in (None, source.vocab_size):
@@ -103,7 +107,7 @@ def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], v
         raise ConfigError(f"vocabulary size {vocab} is smaller than the tokenizer's {tok.vocab_size}")
     if rcfg.context_length > cfg.model.max_position_embeddings or rcfg.query_length > cfg.model.max_position_embeddings:
         raise ConfigError(f"sequence lengths exceed model.max_position_embeddings={cfg.model.max_position_embeddings}")
-    data = data or (BUNDLED_EVIDENCE if kind == "ict" else BUNDLED_DPR_TRAIN)
+    data = data or (BUNDLED_EVIDENCE if kind in BLOCK_KINDS else BUNDLED_DPR_TRAIN)
     for p in (data, valid):
         if p and not os.path.isfile(os.path.expanduser(p)):
             from mwb.core.errors import DataError
@@ -111,25 +115,26 @@ def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], v
     cfg = update(cfg, {"model": {"vocab_size": vocab}, "data": {"tokenizer": tok_path}})
     plan = RetrieverPlan(kind, tok_path, vocab, os.path.abspath(os.path.expanduser(data)),
                          os.path.abspath(os.path.expanduser(valid)) if valid else None,
-                         os.path.abspath(checkpoint) if checkpoint else None, dataclasses.asdict(rcfg))
+                         source.path if source is not None else None, dataclasses.asdict(rcfg))
     return cfg, plan
 
 
 def open_datasets(plan: RetrieverPlan, tok, rcfg: RetrievalConfig, seed: int):
     """(train, valid or None). Without ``--valid``, every 20th ICT block / the last 10% of DPR records are
     held out (only when there are enough to spare)."""
-    from .data import DPRDataset, ICTDataset, read_dpr_json
+    from .data import DPRDataset, ICTDataset, MSSDataset, read_dpr_json
 
-    if plan.kind == "ict":
+    if plan.kind in BLOCK_KINDS:
         from .text import read_evidence
+        blocks = ICTDataset if plan.kind == "ict" else MSSDataset
         ev = read_evidence(plan.data)
         if plan.valid:
-            return ICTDataset(ev, tok, rcfg, seed), ICTDataset(read_evidence(plan.valid), tok, rcfg, seed + 1)
+            return blocks(ev, tok, rcfg, seed), blocks(read_evidence(plan.valid), tok, rcfg, seed + 1)
         if len(ev) < 40:
-            return ICTDataset(ev, tok, rcfg, seed), None
+            return blocks(ev, tok, rcfg, seed), None
         rows = range(len(ev))
-        return (ICTDataset(ev, tok, rcfg, seed, [r for r in rows if r % 20 != 19]),
-                ICTDataset(ev, tok, rcfg, seed + 1, [r for r in rows if r % 20 == 19]))
+        return (blocks(ev, tok, rcfg, seed, [r for r in rows if r % 20 != 19]),
+                blocks(ev, tok, rcfg, seed + 1, [r for r in rows if r % 20 == 19]))
     records = read_dpr_json(plan.data)
     if plan.valid:
         return DPRDataset(records, tok, rcfg, seed), DPRDataset(read_dpr_json(plan.valid), tok, rcfg, seed + 1)

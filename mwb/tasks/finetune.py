@@ -56,12 +56,18 @@ class EpochShuffled:
 
 
 def objective_module(task):
+    """The module that featurises, builds the training spec and predicts for ``task``: a task with its own
+    (``training``, e.g. the open-domain QA reader) names it; else the encoder or generative objective."""
+    own = getattr(task, "training", None)
+    if own is not None:
+        return own
     return generative if task.objective == "generative" else encoder
 
 
 def check_arch(task, arch: str, where: str) -> None:
     from mwb.core.config import ConfigError
-    arches = objective_module(task).ARCHES
+    obj = objective_module(task)
+    arches = obj.arches(task) if hasattr(obj, "arches") else obj.ARCHES
     if arch not in arches:
         raise ConfigError(f"{where} holds a '{arch}' model; task '{task.name}' ({task.objective}) fine-tunes "
                           f"{' or '.join(a.upper() for a in arches)}")
@@ -89,7 +95,7 @@ def rank_main(tree: dict, job: dict) -> None:
         dec = generative.decoder_length(task, train_ex + dev_ex, tok, seq)
         train_f, dev_f = (generative.featurize(task, ex, tok, seq, cfg.model.arch, dec) for ex in (train_ex, dev_ex))
     else:
-        train_f, dev_f = (encoder.featurize(task, ex, tok, seq) for ex in (train_ex, dev_ex))
+        train_f, dev_f = (obj.featurize(task, ex, tok, seq) for ex in (train_ex, dev_ex))
     _, vocab, tensors, _ = full_state(job["checkpoint"])
     spec = obj.make_spec(task, cfg, vocab, tensors, job["checkpoint"])
     trainer = Trainer(cfg, spec, EpochShuffled(train_f, cfg.train.seed), dev_f, world_size=world, device=device)
@@ -117,7 +123,7 @@ def rank_main(tree: dict, job: dict) -> None:
         if obj is generative:  # target-token loss over ⌊dev/G⌋ global batches (at least one)
             loss = tr.evaluate(dev_steps)
             return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
-        return task.metrics(encoder.dev_predictions(task, tr, dev_f, dev_ex), dev_ex)
+        return task.metrics(obj.dev_predictions(task, tr, dev_f, dev_ex), dev_ex)
 
     def after_step(tr, res, stop):
         logger.log_step(res)

@@ -7,6 +7,7 @@ span head starts from its seeded initial value; a pretrained T5 is already a com
 """
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from mwb.core.checkpoint.reader import copy_full_tensors
@@ -59,7 +60,8 @@ def wrap(kind: str, model, tokenizer, cfg: ReaderConfig, state=None):
 
 
 def load_reader(path: str, device="cpu", cfg: ReaderConfig = ReaderConfig(), tokenizer: Optional[str] = None):
-    """A single-process reader (eval mode) from any checkpoint path ``full_state`` reads."""
+    """A single-process reader (eval mode) from any checkpoint path ``full_state`` reads; ``reader.run_cfg`` is
+    the checkpoint's run config."""
     run_cfg, vocab, tensors, tok_path = full_state(path)
     kind = reader_kind(run_cfg.model.arch, path)
     if not (tokenizer or tok_path):
@@ -68,4 +70,27 @@ def load_reader(path: str, device="cpu", cfg: ReaderConfig = ReaderConfig(), tok
         cfg = ReaderConfig(**{**cfg.__dict__, "seq_length": run_cfg.model.max_position_embeddings})
     model = build_reader_model(kind, run_cfg.model, single_process_state(), vocab, run_cfg.train.seed, device)
     fill_reader(model, kind, tensors, vocab, run_cfg.model.tie_embeddings, str(path))
-    return wrap(kind, model.eval(), load_tokenizer(tokenizer or tok_path), cfg)
+    reader = wrap(kind, model.eval(), load_tokenizer(tokenizer or tok_path), cfg)
+    reader.run_cfg = run_cfg  # what results.json records as the model's config
+    return reader
+
+
+def joint_run_parts(path: str) -> Optional[tuple[str, str]]:
+    """``(retriever, reader)`` checkpoint directories of a joint ``mwb finetune e2e-qa`` run, or None when
+    ``path`` is not one. Accepts the run directory (its best checkpoint, else the latest: ``checkpoints/best``
+    or ``checkpoints/latest`` name the step directory) or a checkpoint directory holding ``retriever/`` and
+    ``reader/``."""
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    candidates = [path]
+    root = os.path.join(path, "checkpoints")
+    for pointer in ("best", "latest"):
+        p = os.path.join(root, pointer)
+        if os.path.isdir(p):
+            candidates.append(p)
+        elif os.path.isfile(p):
+            with open(p) as f:
+                candidates.append(os.path.join(root, f.read().strip()))
+    for c in candidates:
+        if os.path.isdir(os.path.join(c, "retriever")) and os.path.isdir(os.path.join(c, "reader")):
+            return os.path.join(c, "retriever"), os.path.join(c, "reader")
+    return None
