@@ -132,11 +132,12 @@ def finetune(ctx, list_):
         click.echo(f"{'dpr':16s} DPR bi-encoder retriever, in-batch negatives (mwb/retrieval)")
         click.echo(f"{'detox':16s} SGEAT domain-adaptive training on filtered self-generated data (mwb/tasks/detox)")
         click.echo(f"{'story':16s} MEGATRON-CNTRL: keyword predictor, knowledge ranker and generator (mwb/tasks/story)")
+        click.echo(f"{'e2e-qa':16s} joint retriever + reader training, EMDR2 / individual top-k (mwb/retrieval/e2e)")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
 
-from .retrieval_cmds import dpr  # noqa: E402  (DPR bi-encoder fine-tuning, mwb/retrieval)
+from .retrieval_cmds import dpr, e2e_qa  # noqa: E402  (DPR, joint retriever + reader: mwb/retrieval)
 
 finetune.add_command(dpr)
 
@@ -146,3 +147,4 @@ finetune.add_command(detox_finetune)
 from .story import finetune_story  # noqa: E402  (MEGATRON-CNTRL: every part, mwb/tasks/story)
 
 finetune.add_command(finetune_story)
+finetune.add_command(e2e_qa)

@@ -110,3 +110,38 @@ def mss(evidence, valid, query_in_block_prob, **kw):
 def dpr(data, valid, hard_negatives, **kw):
     flags = _rcfg_flags(kw, hard_negatives=hard_negatives)
     _run("dpr", kw, data, valid, flags)
+
+
+@click.command(name="e2e-qa", help="Train a retriever and a reader jointly for open-domain QA (Sachan et al. 2021): "
+               "retrieve the top-k passages from the current index, add the reader's loss and the retriever's "
+               "(EMDR2, or the individual top-k marginal likelihood), refresh the evidence index every N steps "
+               "(synchronously, or on --indexer-ranks R extra ranks).\n\n"
+               "With no arguments: the minilm-l6 bi-encoder, an extractive reader from minilm-l6 (individual) "
+               "or a tiny T5 FiD reader (emdr2), the bundled Wikipedia passages and questions (fixed held-out "
+               "split). Writes OUT/results.json (held-out top-k and EM before and after) and "
+               "OUT/checkpoints/step_N/{retriever,reader}.")
+@training_options
+@click.option("--retriever", default=None, help="Retriever weights: minilm-l6 (default), a BERT or bi-encoder checkpoint.")
+@click.option("--reader", default=None, help="Reader checkpoint (BERT: extractive, T5: FiD); default per --method.")
+@click.option("--method", type=click.Choice(["individual", "emdr2"]), default="individual", show_default=True)
+@click.option("--top-k", "top_k", type=int, default=4, show_default=True, help="Passages retrieved per question.")
+@click.option("--evidence", default=None, type=click.Path(), help="Evidence TSV (id<TAB>text<TAB>title).")
+@click.option("--questions", default=None, type=click.Path(),
+              help="Questions: question<TAB>[\"answer\", ...] or jsonl (records with split=train train; default "
+                   "split: every 4th held out).")
+@click.option("--refresh-every", type=int, default=8, show_default=True, help="Re-embed the evidence every N steps (0: never).")
+@click.option("--indexer-ranks", type=int, default=0, show_default=True,
+              help="Ranks (of --nproc) that only re-embed the evidence, asynchronously.")
+@click.option("--reader-length", type=int, default=192, show_default=True, help="Reader tokens per passage.")
+def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every, indexer_ranks, reader_length, **kw):
+    from mwb.core.config import RunConfig, update
+    from mwb.core.presets import apply_preset
+    from mwb.retrieval.e2e.refresh import RefreshConfig
+    from mwb.retrieval.e2e.train import DEFAULTS, plan_run, train_e2e
+
+    out = kw.get("out") or default_out("finetune-e2e-qa")
+    base = update(apply_preset(RunConfig(), "bert-tiny"), DEFAULTS)
+    base, plan = plan_run(base, retriever, reader, method, top_k, evidence, questions,
+                          RefreshConfig(every=refresh_every, indexer_ranks=indexer_ranks), reader_length)
+    cfg = build_config(None, kw, base=base)
+    train_e2e(cfg, plan, out, kw.get("nproc"), kw.get("resume", False))

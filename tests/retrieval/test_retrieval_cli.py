@@ -98,3 +98,35 @@ def test_default_encoder_fallback_and_errors(capsys, tmp_path, monkeypatch):
     assert code == 2 and "--retriever" in err and len(err.strip().splitlines()) == 1
     code, _, err = _run(["pretrain", "ict", "--pp", "2", "--nproc", "2"], capsys)
     assert code == 2 and "pipeline" in err
+
+
+def test_finetune_e2e_qa_emdr2_writes_versions_parts_and_results(files, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    dpr = str(tmp_path / "dpr")
+    code, _, err = _run(["finetune", "dpr", "--data", files["dpr"], "--tokenizer", files["tok"], "--steps", "1",
+                         "--out", dpr, *TINY], capsys)
+    assert code == 0, err
+    out = str(tmp_path / "e2e")
+    code, _, err = _run(["finetune", "e2e-qa", "--retriever", dpr, "--method", "emdr2", "--evidence", files["ev"],
+                         "--questions", files["q"], "--steps", "2", "--refresh-every", "1", "--top-k", "2",
+                         "--seq-length", "24", "--reader-length", "32", "--micro-batch-size", "2",
+                         "--global-batch-size", "2", "--out", out], capsys)
+    assert code == 0, err
+    assert "held-out before" in err and "held-out after" in err
+    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert [(r["step"], r["index_version"], r["index_weights_step"]) for r in recs] == [(1, 0, 0), (2, 1, 1)]
+    m = json.load(open(os.path.join(out, "results.json")))["metrics"]
+    assert {"top1", "top5", "em", "em_random", "top1_before", "em_before"} <= set(m)
+    step = os.path.join(out, "checkpoints", "step_2")
+    from mwb.retrieval.loading import open_source
+    from mwb.retrieval.readers.loading import load_reader
+    assert open_source(os.path.join(step, "retriever")).kind == "mwb-biencoder"
+    assert load_reader(os.path.join(step, "reader")).kind == "fid"
+
+
+def test_e2e_qa_bad_layout_is_one_line(files, capsys, tmp_path):
+    code, _, err = _run(["finetune", "e2e-qa", "--retriever", "no/such/dir", "--out", str(tmp_path / "x")], capsys)
+    assert code in (1, 2) and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    code, _, err = _run(["finetune", "e2e-qa", "--indexer-ranks", "1", "--refresh-every", "0",
+                         "--out", str(tmp_path / "y")], capsys)
+    assert code == 2 and "--indexer-ranks" in err

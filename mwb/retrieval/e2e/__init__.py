@@ -1,0 +1,12 @@
+"""End-to-end retriever + reader training for open-domain QA (Sachan et al. ACL 2021; EMDR2, NeurIPS 2021).
+
+Modules, one job each:
+
+``losses``   the joint objectives as pure functions: EMDR2's retriever term and the individual top-k
+             marginal likelihood, and the retriever score q·d/√h
+``refresh``  a versioned faiss index over the evidence, refreshed every N steps, synchronously on the
+             training ranks or asynchronously on separate indexer ranks (``--indexer-ranks R``)
+``joint``    the trainer's view of a retriever + reader pair: retrieve from the current index, score the
+             top-k with the live encoders, add the reader's loss
+``train``    the ``mwb finetune e2e-qa`` flow on the shared training job skeleton
+"""

@@ -1,0 +1,358 @@
+"""``mwb finetune e2e-qa``: joint retriever + reader training on the shared training job skeleton.
+
+The launching process resolves everything once (:func:`plan_run`: tokenizer, evidence, the fixed
+train / held-out question split, initial retriever weights, reader kind), then every rank runs
+:func:`rank_main` through :func:`~mwb.core.training.job.run_job` (this process, ``torchrun`` or ``--nproc N``).
+With ``--indexer-ranks R`` the last R ranks become indexers (:mod:`.refresh`) and only the others train.
+
+Per rank: a :class:`~mwb.core.training.trainer.Trainer` over :class:`~.joint.JointSpec`, the retriever
+initialised from the ``--retriever`` weights, version 0 of the index embedded before the first step, and a
+refresh after every step that is a multiple of ``--refresh-every``. Checkpoints are the trainer's (so
+``--resume`` works in any layout); the final and best ones also hold ``retriever/`` (a bi-encoder
+checkpoint any retrieval command opens) and ``reader/`` (the reader's own format) for ``mwb eval qa``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from mwb.core.training.trainer import Trainer
+
+from .joint import JointSpec, QuestionSet
+from .refresh import AsyncRefresh, RefreshConfig, SyncRefresh
+
+
+def joint_trainer(cfg, rcfg, method: str, top_k: int, make_reader: Callable, train_questions: list[dict],
+                  evidence, tok, world: int, device="cpu") -> Trainer:
+    """A trainer over the joint spec (``trainer.spec``), its training data the question set."""
+    spec = JointSpec(cfg, cfg.model.vocab_size, rcfg, method, top_k, make_reader, train_questions, evidence, tok)
+    data = QuestionSet(train_questions, tok, rcfg.query_length, cfg.train.seed)
+    return Trainer(cfg, spec, data, world_size=world, device=device)
+
+
+def initialise_retriever(trainer: Trainer, source) -> list[str]:
+    """Copy a bi-encoder / BERT source into the (possibly TP-sharded) retriever; refresh fp32 masters."""
+    from ..loading import fill_biencoder
+
+    kept = fill_biencoder(trainer.model.retriever, source)
+    with torch.no_grad():
+        for pc in trainer.optimizer.pieces:
+            if not pc.alias:
+                pc.master.copy_(pc.param.data.view(-1)[pc.lo:pc.hi].float())
+    return kept
+
+
+def make_refresh(cfg: RefreshConfig, trainer: Trainer, tok, evidence, roles=None):
+    if roles is None:
+        return SyncRefresh(cfg, tok, evidence, trainer.spec.rcfg, trainer.state, trainer.device)
+    return AsyncRefresh(cfg, roles, trainer.state, len(evidence), trainer.model.retriever.dim,
+                        trainer.cfg.train.steps)
+
+
+def run_joint(trainer: Trainer, refresh, callback: Optional[Callable] = None, started: bool = False):
+    """Index version 0 from the current weights (unless ``started``: the caller did ``refresh.start``), train
+    with a refresh after each step, close the refresh. Returns the trainer's step history."""
+    spec = trainer.spec
+    if not started:
+        spec.index = refresh.start(trainer.model.retriever, trainer.step)
+
+    def after(tr, res, stop):
+        new = refresh.after_step(tr.model.retriever, res.step)
+        if new is not None:
+            spec.index = new
+        if callback is not None:
+            callback(tr, res, stop)
+    try:
+        return trainer.run(after)
+    finally:
+        refresh.close()
+
+
+def say_rank0(rank: int):
+    return (lambda *a, **k: print(*a, **{"file": sys.stderr, **k})) if rank == 0 else (lambda *a, **k: None)
+
+
+# ------------------------------------------------------------------------------------ the command flow
+
+DEFAULTS = {"train": {"steps": 16, "micro_batch_size": 4, "global_batch_size": 4, "seq_length": 128,
+                      "eval_interval": 0, "save_interval": 0},
+            "optim": {"lr": 2e-5, "min_lr": 2e-6, "warmup_steps": 3}}
+DEFAULT_RETRIEVER = "minilm-l6"
+HELD_OUT_EVERY = 4  # question i is held out when i % 4 == 3: a fixed split, whatever the seed
+
+
+@dataclass(frozen=True)
+class E2EPlan:
+    """What every rank needs, resolved once by the launching process."""
+    retriever: str
+    reader: Optional[str]          # a reader checkpoint; None: the default for the method
+    reader_kind: str               # extractive | fid
+    reader_model: dict             # the reader's model config
+    reader_cfg: dict               # ReaderConfig
+    method: str
+    top_k: int
+    evidence: str
+    questions: str
+    tokenizer: str
+    rcfg: dict
+    refresh: dict
+
+
+def split_questions(records: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(train, held-out): records that carry a ``split`` use it (``train`` vs anything else), the rest
+    are split by position (every 4th held out)."""
+    train, held = [], []
+    for i, r in enumerate(records):
+        split = r.get("split")
+        is_train = split == "train" if split else i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1
+        (train if is_train else held).append(r)
+    return train, held
+
+
+def answerable(records: list[dict], evidence) -> list[dict]:
+    """The questions with an answer somewhere in the evidence (DPR's has-answer rule)."""
+    from ..matching import has_answer, normalize, simple_tokens
+
+    tokens = [simple_tokens(normalize(t)) for t in evidence.texts]
+    return [r for r in records if any(has_answer(r["answers"], t, text_tokens=k)
+                                      for t, k in zip(evidence.texts, tokens))]
+
+
+def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, top_k: int,
+             evidence: Optional[str], questions: Optional[str], refresh: RefreshConfig,
+             reader_length: int = 192):
+    """(config with the retriever's model section, plan)."""
+    from mwb.core.compose import full_state
+    from mwb.core.config import ConfigError, update
+    from mwb.core.named_models import local_checkpoint
+    from mwb.core.presets import apply_preset
+
+    from ..loading import open_source, with_model
+    from ..readers.base import ReaderConfig
+    from ..readers.loading import reader_kind
+    from ..text import BUNDLED_EVIDENCE
+    from .joint import METHODS
+
+    if method not in METHODS:
+        raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got '{method}'")
+    if not retriever:  # all-MiniLM-L6-v2 as sentence-transformers embeds (mean pooling), else the named BERT
+        from ..system import minilm_dir
+        retriever = minilm_dir() or DEFAULT_RETRIEVER
+    source = open_source(local_checkpoint(retriever))
+    cfg = update(with_model(cfg, source), {"model": {"vocab_size": source.vocab_size}})
+    tok = cfg.data.tokenizer or source.tokenizer
+    if not tok:
+        raise ConfigError(f"{source.path} names no tokenizer: pass --tokenizer PATH")
+    # EMDR2's score is q·d/√h on raw embeddings: an L2-normalised encoder (MiniLM) would give scores within
+    # ±1/√h and a near-uniform p(z|q), so joint training scores (and retrieves) unnormalised embeddings.
+    rcfg = source.rcfg.replace(normalize=False, context_length=cfg.train.seq_length)
+    if reader:
+        reader = local_checkpoint(reader)
+        rc, rvocab, _, _ = full_state(reader)
+        kind = reader_kind(rc.model.arch, reader)
+        model_tree = dataclasses.asdict(dataclasses.replace(rc.model, vocab_size=rvocab))
+    elif method == "individual":  # an extractive BERT reader from the retriever's BERT (else MiniLM's)
+        reader = source.path if source.kind != "mwb-biencoder" else local_checkpoint(DEFAULT_RETRIEVER)
+        rc, rvocab, _, _ = full_state(reader)
+        kind, model_tree = "extractive", dataclasses.asdict(dataclasses.replace(rc.model, vocab_size=rvocab))
+    else:  # a tiny T5 FiD reader on the retriever's tokenizer, from random weights
+        kind = "fid"
+        t5 = apply_preset(type(cfg)(), "t5-tiny").model
+        model_tree = dataclasses.asdict(dataclasses.replace(t5, vocab_size=source.vocab_size))
+    if model_tree["vocab_size"] != source.vocab_size:
+        raise ConfigError(f"the reader's vocabulary ({model_tree['vocab_size']}) differs from the retriever's "
+                          f"({source.vocab_size}): joint training reads both with the retriever's tokenizer")
+    length = min(reader_length, model_tree["max_position_embeddings"])
+    plan = E2EPlan(os.path.abspath(source.path), os.path.abspath(reader) if reader else None, kind, model_tree,
+                   dataclasses.asdict(ReaderConfig(seq_length=length)), method, top_k,
+                   os.path.abspath(os.path.expanduser(evidence or BUNDLED_EVIDENCE)),
+                   os.path.abspath(os.path.expanduser(questions or default_questions())), tok,
+                   dataclasses.asdict(rcfg), dataclasses.asdict(refresh))
+    for p in (plan.evidence, plan.questions):
+        if not os.path.isfile(p):
+            from mwb.core.errors import DataError
+            raise DataError(f"file not found: {p}")
+    return update(cfg, {"data": {"tokenizer": tok}}), plan
+
+
+def default_questions() -> str:
+    """The real answerable questions when the bundle has them, else the bundled Wikipedia questions."""
+    from ..text import BUNDLED_QUESTIONS, DATA_DIR
+
+    real = os.path.join(DATA_DIR, "real_questions.jsonl.gz")
+    return real if os.path.isfile(real) else BUNDLED_QUESTIONS
+
+
+def reader_factory(plan: E2EPlan, tok, seed: int):
+    """``make_reader(state, device, dtype)`` for the joint spec: the plan's reader on this rank's layout."""
+    from mwb.core.config import ModelConfig
+
+    from ..readers.base import ReaderConfig
+    from ..readers.loading import build_reader_model, fill_reader, wrap
+
+    def make(state, device, dtype):
+        mc = ModelConfig(**plan.reader_model)
+        model = build_reader_model(plan.reader_kind, mc, state, mc.vocab_size, seed, device, dtype)
+        if plan.reader:
+            from mwb.core.compose import full_state
+            _, vocab, tensors, _ = full_state(plan.reader)
+            fill_reader(model, plan.reader_kind, tensors, vocab, mc.tie_embeddings, plan.reader)
+        return wrap(plan.reader_kind, model, tok, ReaderConfig(**plan.reader_cfg), state)
+    return make
+
+
+def export_parts(step_dir: str, cfg, plan: E2EPlan, rcfg) -> None:
+    """``step_dir/retriever`` (a bi-encoder checkpoint) and ``step_dir/reader`` (a reader checkpoint) from
+    the joint checkpoint, whatever layout wrote it (rank 0 only)."""
+    import tempfile
+
+    from mwb.core.checkpoint import write_model_checkpoint
+    from mwb.core.compose import full_state
+    from mwb.core.config import update
+
+    from ..loading import write_config_file
+
+    _, vocab, tensors, tok = full_state(step_dir)
+    parts = {p: {k[len(p) + 1:]: v for k, v in tensors.items() if k.startswith(p + ".")}
+             for p in ("retriever", "reader_model")}
+    with tempfile.TemporaryDirectory() as d:
+        write_model_checkpoint(os.path.join(step_dir, "retriever"), cfg, vocab, parts["retriever"],
+                               extra_files={"tokenizer": tok, "biencoder": write_config_file(rcfg, d)},
+                               overwrite=True)
+    reader_cfg = update(cfg, {"model": plan.reader_model})
+    write_model_checkpoint(os.path.join(step_dir, "reader"), reader_cfg, vocab, parts["reader_model"],
+                           extra_files={"tokenizer": tok}, overwrite=True)
+
+
+def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
+    """One rank: an indexer (``--indexer-ranks``) or a trainer; rank 0 writes logs, checkpoints' parts and
+    ``OUT/results.json``."""
+    from mwb.core import checkpoint
+    from mwb.core.config import RunConfig, dump_yaml, to_dict, update
+    from mwb.core.tokenizers import load_tokenizer
+    from mwb.core.training.launch import init_distributed
+    from mwb.core.training.metrics_log import MetricsLogger
+    from mwb.core.training.step_actions import StepActions
+    from mwb.evaluation.results import write_results
+
+    from ..biencoder import RetrievalConfig
+    from ..loading import open_source
+    from ..text import read_evidence, read_questions
+    from .evaluate import heldout_metrics
+    from .refresh import indexer_loop, split_roles
+
+    cfg = update(RunConfig(), cfg_tree)
+    rcfg = RetrievalConfig.from_dict(plan.rcfg)
+    refresh = RefreshConfig(**plan.refresh)
+    rank, world, device = init_distributed(cfg.parallel.timeout_s)
+    tok = load_tokenizer(plan.tokenizer)
+    evidence = read_evidence(plan.evidence)
+    roles = split_roles(refresh.indexer_ranks, cfg.parallel.timeout_s) if refresh.indexer_ranks else None
+    say = say_rank0(rank)
+    if roles is not None and roles.indexer:
+        from mwb.core.parallel.state import single_process_state
+        from ..loading import fill_biencoder
+        from ..biencoder import build_biencoder
+        enc = build_biencoder(cfg.model, rcfg, single_process_state(), cfg.model.vocab_size, cfg.train.seed, device)
+        fill_biencoder(enc, open_source(plan.retriever))
+        indexer_loop(roles, enc, tok, evidence, rcfg, device, refresh.batch_size,
+                     say=say_rank0(roles.rank - roles.trainers))
+        return
+    records = read_questions(plan.questions)
+    usable = answerable(records, evidence)
+    if not usable:
+        from mwb.core.errors import DataError
+        raise DataError(f"none of the {len(records)} questions of {plan.questions} has an answer in {plan.evidence}")
+    train_q, held_q = split_questions(usable)
+    say(f"mwb: {len(usable)} of {len(records)} questions have an answer in the evidence (DPR's has-answer rule)")
+    trainer = joint_trainer(cfg, rcfg, plan.method, plan.top_k, reader_factory(plan, tok, cfg.train.seed),
+                            train_q, evidence, tok, roles.trainers if roles else world, device)
+    ckpt_root = os.path.join(out, "checkpoints")
+    latest = checkpoint.latest_dir(ckpt_root) if resume else None
+    if latest is not None:
+        start = checkpoint.load(trainer, latest)
+        say(f"mwb: resumed from {latest} (step {start})")
+    else:
+        kept = initialise_retriever(trainer, open_source(plan.retriever))
+        say(f"mwb: retriever from {plan.retriever}" + (f" (new: {', '.join(kept)})" if kept else ""))
+    say(f"mwb: e2e-qa {plan.method}: {plan.reader_kind} reader ({plan.reader or 'random tiny T5'}), top-{plan.top_k} "
+        f"of {len(evidence)} passages, {len(train_q)} training / {len(held_q)} held-out questions, index refresh "
+        f"every {refresh.every or 'never'} step(s)" + (f" on {refresh.indexer_ranks} indexer rank(s)"
+                                                       if roles else " (synchronous)"))
+    refresher = make_refresh(refresh, trainer, tok, evidence, roles)
+    trainer.spec.index = refresher.start(trainer.model.retriever, trainer.step)
+    before = heldout_metrics(trainer, tok, evidence, held_q, index=trainer.spec.index)
+    say("mwb: held-out before: " + ", ".join(f"{k} {v:.3f}" for k, v in before.items()))
+    if trainer.state.rank == 0:
+        os.makedirs(out, exist_ok=True)
+        dump_yaml(cfg, os.path.join(out, "config.yaml"),
+                  extra={"biencoder": plan.rcfg, "e2e": dataclasses.asdict(plan)})
+    logger = MetricsLogger(out, cfg.train.steps, enabled=trainer.state.rank == 0,
+                           tensorboard=cfg.logging.tensorboard, progress=cfg.logging.progress,
+                           world_size=trainer.dims.world_size, start_step=trainer.step,
+                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
+    trainer.install_signal_handlers()
+    actions = StepActions(logger, ckpt_root, cfg.train, extra_files={"tokenizer": plan.tokenizer}, say=say,
+                          saved=latest)
+    t0 = time.time()
+    run_joint(trainer, refresher, actions, started=True)
+    logger.close()
+    seconds = time.time() - t0
+    fresh = trainer.spec.index if trainer.spec.index.weights_step == trainer.step else None
+    after = heldout_metrics(trainer, tok, evidence, held_q, index=fresh)
+    if trainer.state.rank == 0:
+        if actions.saved:
+            export_parts(actions.saved, cfg, plan, rcfg)
+        metrics = {**after, **{f"{k}_before": v for k, v in before.items() if k != "questions"},
+                   "train_seconds": seconds}
+        path = write_results(out, "e2e-qa", metrics, checkpoint=actions.saved, config=to_dict(cfg),
+                             extra={"e2e": dataclasses.asdict(plan)})
+        say("mwb: held-out after:  " + ", ".join(f"{k} {v:.3f}" for k, v in after.items()))
+        say(f"mwb: {trainer.step} steps in {seconds:.1f} s")
+        say(f"mwb: run directory   {os.path.abspath(out)}")
+        say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
+        if actions.saved:
+            say(f"mwb: checkpoint      {actions.saved} (retriever/, reader/)")
+        say(f"mwb: results         {path}")
+
+
+def train_e2e(cfg, plan: E2EPlan, out: str, nproc: Optional[int], resume: bool) -> None:
+    from mwb.core.training.job import run_job
+
+    def prepare(dims):
+        if dims.pp > 1:
+            from mwb.core.parallel.dims import LayoutError
+            raise LayoutError("joint retriever-reader training does not support pipeline parallelism; use --pp 1")
+        tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
+        return tree, plan, out, resume
+
+    resume_root = os.path.join(out, "checkpoints") if resume else None
+    indexers = plan.refresh["indexer_ranks"]
+    if not indexers:
+        run_job(cfg, nproc, rank_main, prepare, resume=resume_root)
+        return
+    # the last R ranks index: the layout (and the batch split) is that of the training ranks alone
+    from mwb.core.checkpoint import resume_dir
+    from mwb.core.parallel.dims import LayoutError
+    from mwb.core.training.job import world_size
+    from mwb.core.training.launch import launch, under_launcher
+    from mwb.core.training.trainer import parallel_dims
+
+    world = world_size(nproc)
+    if world - indexers < 1:
+        raise LayoutError(f"--indexer-ranks {indexers} leaves no training rank of {world}: use --nproc "
+                          f"{indexers + 1} or more")
+    dims = parallel_dims(cfg, world - indexers)
+    if resume_root is not None:
+        resume_dir(resume_root)
+    args = prepare(dims)
+    if under_launcher():
+        rank_main(*args)
+    else:
+        launch(rank_main, world, *args)
