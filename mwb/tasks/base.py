@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import numpy as np
 
 from mwb.core.config import ConfigError
+from mwb.core.data.spans import pair_inputs  # noqa: F401  (task files build sentence pairs with it)
 
 ENCODER_OBJECTIVES = ("classification", "regression", "multiple_choice", "token_classification", "span")
 OBJECTIVES = ENCODER_OBJECTIVES + ("generative", "option_scoring", "generation", "custom")
@@ -215,37 +216,6 @@ def parse_task_args(task_cls: type, args: Sequence[str]) -> dict:
 
 
 # ------------------------------------------------------------------------------------ input builders
-
-
-def pair_inputs(a: list[int], b: Optional[list[int]], tokenizer, seq_length: int, truncate: str = "a") -> dict:
-    """``[CLS] a [SEP] b [SEP]`` with token types 0/1 and padding, BERT's sentence-pair layout
-    (``b=None``: the single-sentence ``[CLS] a [SEP]``).
-
-    ``truncate='a'`` shortens the first segment (the passage) so the second (question + option) stays whole,
-    as Megatron's RACE builder does."""
-    tokenizer.require("cls", "sep", "pad", purpose="sentence-pair inputs")
-    if b is None:
-        a = a[: seq_length - 2]
-        ids, types = [tokenizer.cls] + a + [tokenizer.sep], [0] * (len(a) + 2)
-        return _padded(ids, types, tokenizer.pad, seq_length)
-    room = seq_length - 3
-    if len(a) + len(b) > room:
-        if truncate == "a":
-            a = a[: max(room - len(b), 0)]
-            b = b[:room]
-        else:
-            b = b[: max(room - len(a), 0)]
-            a = a[:room]
-    ids = [tokenizer.cls] + a + [tokenizer.sep] + b + [tokenizer.sep]
-    types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    return _padded(ids, types, tokenizer.pad, seq_length)
-
-
-def _padded(ids: list[int], types: list[int], pad_id: int, seq_length: int) -> dict:
-    pad = seq_length - len(ids)
-    return {"tokens": np.array(ids + [pad_id] * pad, dtype=np.int64),
-            "types": np.array(types + [0] * pad, dtype=np.int64),
-            "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}
 
 
 def single_inputs(ids: list[int], tokenizer, seq_length: int) -> dict:
