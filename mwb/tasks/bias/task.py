@@ -41,6 +41,11 @@ class BiasTask(Task):
         "attribute": Option(str, "offensiveYN", "SBIC column to predict: offensiveYN, intentYN, sexYN, whoTarget."),
     }
 
+    @classmethod
+    def default_checkpoint(cls, say=print) -> str:
+        say("no --checkpoint given: prompting smollm2-135m (SmolLM2-135M-Instruct)")
+        return "smollm2-135m"
+
     def load(self, path):
         self.path = self.data_path(path)
         return read_examples(self.path, self.opts["split"] or self.eval_split, self.opts["attribute"])
