@@ -33,6 +33,8 @@ from mwb.core.errors import DataError
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bundled")
 BUNDLED_EVIDENCE = os.path.join(DATA_DIR, "wiki_passages.tsv.gz")
 BUNDLED_QUESTIONS = os.path.join(DATA_DIR, "wiki_questions.jsonl")
+# real DPR questions (NQ, TriviaQA, WebQ, CuratedTREC, SQuAD) whose answer the bundled evidence contains
+BUNDLED_REAL_QUESTIONS = os.path.join(DATA_DIR, "real_questions.jsonl.gz")
 BUNDLED_DPR_TRAIN = os.path.join(DATA_DIR, "dpr_train_sample.json.gz")
 
 
