@@ -67,9 +67,12 @@ def synthesize(corpus, out, passages, answers_per_passage, seed, generator, qg_s
 @click.option("--top-k", type=int, default=5, show_default=True)
 @click.option("--seq-length", type=int, default=192, show_default=True)
 @click.option("--limit", type=int, default=None, help="Only the first N questions.")
+@click.option("--titled", is_flag=True, help="Only questions that name an article title (bundled real questions).")
+@click.option("--sample", type=int, default=None, help="A seeded sample of N questions.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of --sample.")
 @click.option("--base", default="minilm-l6", show_default=True, help="Encoder of the untrained reader.")
 @click.option("--out", default=None, help="Output directory (default runs/eval-qa-reader-<time>).")
-def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, base, out):
+def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, titled, sample, seed, base, out):
     from mwb.core.checkpoint.format import atomic_write_text
     from mwb.evaluation.results import write_results
     from mwb.tasks.synthetic_qa.open_domain import default_questions, open_domain_eval
@@ -78,10 +81,12 @@ def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, base,
     questions, evidence = questions or default_questions(), evidence or BUNDLED_EVIDENCE
     out = out or default_out("eval-qa-reader")
     click.echo(f"mwb: BM25 top-{top_k} + reader {reader} on {questions}", err=True)
-    metrics, per_question = open_domain_eval(reader, questions, evidence, top_k, seq_length, limit, base)
+    metrics, per_question = open_domain_eval(reader, questions, evidence, top_k, seq_length, limit, base, titled,
+                                             sample, seed)
     path = write_results(out, "qa-reader", metrics, checkpoint=reader,
                          config={"questions": questions, "evidence": evidence, "top_k": top_k,
-                                 "seq_length": seq_length, "base": base})
+                                 "seq_length": seq_length, "base": base, "titled": titled, "sample": sample,
+                                 "seed": seed, "limit": limit})
     atomic_write_text(os.path.join(out, "predictions.jsonl"), "".join(json.dumps(p) + "\n" for p in per_question))
     for k, v in metrics.items():
         click.echo(f"qa-reader {k}: {v:.4g}" if isinstance(v, float) else f"qa-reader {k}: {v}")

@@ -137,3 +137,15 @@ def test_open_domain_reader_loop(tmp_path):
     from mwb.evaluation.metrics import squad_scores
     assert metrics["exact_match"] == squad_scores([p["prediction"] for p in per_q],
                                                   [p["answers"] for p in per_q])["exact_match"]
+
+
+def test_question_selection_titled_and_sampled():
+    from mwb.core.errors import DataError
+    from mwb.tasks.synthetic_qa.open_domain import select_questions
+    qs = [{"question": f"q{i}", "answers": ["a"], "names_title": i % 3 == 0} for i in range(12)]
+    assert [q["question"] for q in select_questions(qs, titled=True)] == ["q0", "q3", "q6", "q9"]
+    picked = select_questions(qs, sample=5, seed=2)
+    assert picked == select_questions(qs, sample=5, seed=2) and len(picked) == 5
+    assert [int(q["question"][1:]) for q in picked] == sorted(int(q["question"][1:]) for q in picked)
+    with pytest.raises(DataError, match="names_title"):
+        select_questions([{"question": "q", "answers": ["a"]}], titled=True)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+import numpy as np
+
 from mwb.core.compose import full_state
-from mwb.core.errors import CheckpointError
+from mwb.core.errors import CheckpointError, DataError
 from mwb.core.parallel.state import single_process_state
 from mwb.core.tokenizers import load_tokenizer
 from mwb.evaluation.metrics import squad_scores
@@ -40,10 +42,26 @@ def load_reader(task: Squad, reader: str, base: str = "minilm-l6", seed: int = 1
     return encoder.EncoderRunner(model.eval(), load_tokenizer(tok), task.opts["seq_length"], task.opts["batch_size"])
 
 
+def select_questions(questions: list[dict], titled: bool = False, sample: Optional[int] = None,
+                     seed: int = 1) -> list[dict]:
+    """Questions that name an article title (``names_title`` in the bundled real questions) when ``titled``;
+    then ``sample`` of them drawn with ``seed``, kept in file order."""
+    if titled:
+        if questions and "names_title" not in questions[0]:
+            raise DataError("--titled needs questions with a names_title field (the bundled real_questions)")
+        questions = [q for q in questions if q["names_title"]]
+    if sample and sample < len(questions):
+        keep = sorted(np.random.default_rng(seed).choice(len(questions), size=sample, replace=False))
+        questions = [questions[i] for i in keep]
+    return questions
+
+
 def open_domain_eval(reader: str, questions: str, evidence: str, top_k: int = 5, seq_length: int = 192,
-                     limit: Optional[int] = None, base: str = "minilm-l6") -> tuple[dict, list[dict]]:
+                     limit: Optional[int] = None, base: str = "minilm-l6", titled: bool = False,
+                     sample: Optional[int] = None, seed: int = 1) -> tuple[dict, list[dict]]:
     """``(metrics, per-question predictions)`` of BM25 top-``top_k`` + ``reader`` on ``questions``."""
-    qs = read_questions(questions)[:limit] if limit else read_questions(questions)
+    qs = select_questions(read_questions(questions), titled, sample, seed)
+    qs = qs[:limit] if limit else qs
     ev = read_evidence(evidence)
     _, rows = BM25Retriever(ev).search([q["question"] for q in qs], top_k)
     task = Squad(seq_length=seq_length, batch_size=16)
