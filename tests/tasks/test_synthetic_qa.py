@@ -149,3 +149,12 @@ def test_question_selection_titled_and_sampled():
     assert [int(q["question"][1:]) for q in picked] == sorted(int(q["question"][1:]) for q in picked)
     with pytest.raises(DataError, match="names_title"):
         select_questions([{"question": "q", "answers": ["a"]}], titled=True)
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    from tests.helpers.cli import run_cli
+    code, _, err = run_cli(["qa", "evaluate-reader", "--questions", str(tmp_path / "nope.jsonl")], capsys)
+    assert code == 1 and "nope.jsonl" in err and len(err.strip().splitlines()) == 2  # the banner + the error
+    code, _, err = run_cli(["qa", "synthesize", "--corpus", str(tmp_path / "nope.tsv"), "--out", str(tmp_path / "o")],
+                           capsys)
+    assert code == 1 and err.strip().splitlines()[-1].startswith("mwb: error: file not found")

@@ -22,7 +22,7 @@ from mwb.core.tokenizers import load_tokenizer
 from mwb.evaluation.metrics import squad_scores
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.matching import has_answer
-from mwb.retrieval.text import BUNDLED_QUESTIONS, DATA_DIR, read_evidence, read_questions
+from mwb.retrieval.text import BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 from .. import encoder
 from ..model import build_task_model, load_weights
@@ -95,5 +95,4 @@ def open_domain_eval(reader: str, questions: str, evidence: str, top_k: int = 5,
 def default_questions() -> str:
     """The real answerable questions over the bundled evidence when this checkout has them
     (``real_questions.jsonl.gz``), else the bundled questions written for mwb."""
-    real = os.path.join(DATA_DIR, "real_questions.jsonl.gz")
-    return real if os.path.isfile(real) else BUNDLED_QUESTIONS
+    return BUNDLED_REAL_QUESTIONS if os.path.isfile(BUNDLED_REAL_QUESTIONS) else BUNDLED_QUESTIONS
