@@ -168,3 +168,19 @@ def test_bundled_pool_is_labelled_and_split():
     train, test = split_pool(pool, "train"), split_pool(pool, "test")
     assert len(train) + len(test) == len(pool) and not {e["text"] for e in train} & {e["text"] for e in test}
     assert 0.4 < np.mean([e["label"] for e in test]) < 0.6
+
+
+def test_nearest_selection_builds_one_prompt_per_query(tiny, tmp_path, monkeypatch):
+    import mwb.tasks.bias.task as bias_task
+    from mwb.tasks.registry import get_task
+    ckpt, lm = tiny
+    data = write_sbic(tmp_path / "sbic")
+    texts = [post for post, *_ in SBIC_ROWS]
+    monkeypatch.setattr(bias_task, "sentence_embeddings",  # one-hot by post: each query's nearest is itself
+                        lambda xs: np.eye(len(texts))[[texts.index(x) for x in xs]])
+    task = get_task("bias")(shots=1, selection="nearest", split="dev")
+    examples = task.load(data)
+    items = task.build(examples, lm)
+    fmt = PromptFormat()
+    for e, it in zip(examples, items):  # the one nearest pool post is the query itself (train = dev here)
+        assert it["prefix"] == lm.encode(fmt.prefix([{"text": e["text"], "label": e["label"]}]))

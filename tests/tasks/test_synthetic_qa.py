@@ -2,7 +2,6 @@
 that ``datasets`` loads, stage counts of the pipeline, the question-generation task's reader, and the
 open-domain reader loop."""
 import json
-import os
 
 import pytest
 

