@@ -106,7 +106,8 @@ def _answers(value, where: str) -> list[str]:
 
 
 def read_questions(path: str) -> list[dict]:
-    """``[{"question": str, "answers": [str, ...]}]`` from NQ-open TSV/CSV or jsonl/json."""
+    """``[{"question": str, "answers": [str, ...]}]`` from NQ-open TSV/CSV or jsonl/json (a JSON record's other
+    fields are kept)."""
     p = os.path.expanduser(str(path))
     name = p[:-3] if p.endswith(".gz") else p
     out = []
@@ -126,7 +127,8 @@ def read_questions(path: str) -> list[dict]:
             ans = r.get("answers", r.get("answer"))
             if ans is None:
                 raise DataError(f"{path}: record {i + 1} has no 'answers' (or 'answer') field")
-            out.append({"question": str(r["question"]), "answers": _answers(ans, f"{path}: record {i + 1}")})
+            extra = {k: v for k, v in r.items() if k not in ("question", "answers", "answer")}  # e.g. names_title
+            out.append({**extra, "question": str(r["question"]), "answers": _answers(ans, f"{path}: record {i + 1}")})
     else:
         with open_text(p) as f:
             body = f.read()

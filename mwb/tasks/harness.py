@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from mwb.core.checkpoint.format import atomic_write_text
 from mwb.core.convert import is_hf_dir
 from mwb.core.config import to_dict
 from mwb.core.training.launch import init_distributed
@@ -49,4 +50,6 @@ def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[st
             extra={"data": os.path.abspath(data_path) if os.path.exists(data_path) else data_path,
                    "task_options": task.opts, "objective": task.objective,
                    "num_examples": report["num_examples"], "seconds": report["seconds"], "world_size": world})
+        for name, text in getattr(task, "files", dict)().items():  # e.g. a sweep's table, next to results.json
+            atomic_write_text(os.path.join(out, name), text)
     return report

@@ -1,0 +1,43 @@
+"""``mwb finetune question-generation``: a GPT learns (passage, answer) → question from SQuAD-format data.
+
+The generator of Puri et al.'s second stage. Data: SQuAD 1.1/2.0 JSON (``--data FILE`` or a directory with
+``train-v1.1.json`` / ``dev-v1.1.json``); every answerable question is one example. Inputs: the prompt of
+:func:`.questions.qg_prompt` with no demonstrations (the passage, or the answer's sentence with
+``--context sentence``), target: the question. Objective: generative (the prompt masked out of the loss).
+Metrics: EM/F1 of greedy questions against the reference ones. The run is then the ``--generator`` of
+``mwb qa synthesize`` with ``--qg-shots 0``.
+"""
+from __future__ import annotations
+
+from ..base import Option, Task
+from ..registry import register
+from ..squad_data import read_squad, squad_file
+from .answers import sentence_of
+from .questions import qg_prompt
+
+
+@register("question-generation", "qg")
+class QuestionGeneration(Task):
+    description = "question generation from (passage, answer) on SQuAD JSON: the synthetic-QA generator"
+    objective = "generative"
+    options = {
+        **Task.options,
+        "context": Option(str, "passage", "What the question is conditioned on: passage or sentence."),
+    }
+
+    def read(self, path: str, split: str) -> list[dict]:
+        out = []
+        for e in read_squad(squad_file(path, "1.1", split)):
+            if not e["answers"] or e["span"] is None:
+                continue
+            answer = e["answers"][0]
+            start = e["context"].find(answer)
+            context = e["context"]
+            if self.opts["context"] == "sentence" and start >= 0:
+                context = sentence_of(context, start, start + len(answer))
+            out.append({"context": context, "answer": answer, "question": e["question"]})
+        return out
+
+    def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
+        return {"prompt": qg_prompt(example["context"], example["answer"], shots=0),
+                "target": " " + example["question"]}
