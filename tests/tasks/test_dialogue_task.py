@@ -166,3 +166,17 @@ def test_finetune_and_generation_tp2_equal_one_process(tmp_path):
     ranks = run_ranks(_gen_worker, 2, best, prompts, timeout_s=300)
     want = _gen_worker(0, 1, best, prompts)
     assert ranks[0] == ranks[1] == want
+
+
+def test_bad_data_and_options_are_one_line_errors(tmp_path, capsys):
+    from tests.helpers.cli import run_cli
+
+    ckpt = tiny_checkpoint(str(tmp_path / "gpt"), "gpt-tiny", seq=64, num_layers=1, hidden_size=32)
+    code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--data", str(tmp_path / "missing.json")], capsys)
+    assert code == 1 and "not found" in err and len(err.strip().splitlines()) == 1, err
+    bad = tmp_path / "dataset.json"
+    bad.write_text('{"c1": {"turns": []}}')
+    code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--data", str(bad)], capsys)
+    assert code == 1 and "no 'messages' list" in err, err
+    code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--retriever", "tfidf"], capsys)
+    assert code == 2 and "bm25 or dpr" in err, err
