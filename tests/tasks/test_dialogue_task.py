@@ -166,3 +166,34 @@ def test_finetune_and_generation_tp2_equal_one_process(tmp_path):
     ranks = run_ranks(_gen_worker, 2, best, prompts, timeout_s=300)
     want = _gen_worker(0, 1, best, prompts)
     assert ranks[0] == ranks[1] == want
+
+
+def test_bad_data_and_options_are_one_line_errors(tmp_path, capsys):
+    from tests.helpers.cli import run_cli
+
+    ckpt = tiny_checkpoint(str(tmp_path / "gpt"), "gpt-tiny", seq=64, num_layers=1, hidden_size=32)
+    code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--data", str(tmp_path / "missing.json")], capsys)
+    assert code == 1 and "not found" in err and len(err.strip().splitlines()) == 1, err
+    bad = tmp_path / "dataset.json"
+    bad.write_text('{"c1": {"turns": []}}')
+    code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--data", str(bad)], capsys)
+    assert code == 1 and "no 'messages' list" in err, err
+    code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--retriever", "tfidf"], capsys)
+    assert code == 2 and "bm25 or dpr" in err, err
+
+
+def test_dense_retriever_finds_the_related_passage(tmp_path):
+    from tests.helpers.minilm import minilm_dir
+    minilm_dir()  # skips without all-MiniLM-L6-v2
+    conv = {"c1": {"messages": [[{"text": "I just adopted a puppy, she barks all night", "sender": "x"}],
+                                [{"text": "aww what breed?", "sender": "y"}]]}}
+    path = tmp_path / "dataset.json"
+    path.write_text(json.dumps(conv))
+    ev = tmp_path / "kb.tsv"
+    ev.write_text("id\ttext\ttitle\n1\tThe stock market fell sharply on Monday.\tMarkets\n"
+                  "2\tDogs are domesticated animals; young dogs are called puppies.\tDog\n"
+                  "3\tThe volcano erupted in 1883.\tKrakatoa\n")
+    task = get_task("dialogue")(knowledge=True, retriever="dpr", evidence=str(ev), held_out_actors=0.0,
+                                min_conversations=1)
+    (e,) = task.read(str(path), "train")
+    assert e["knowledge_ref"].startswith("Dogs are domesticated animals")

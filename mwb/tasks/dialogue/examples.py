@@ -20,6 +20,7 @@ The target is `` <response>`` (the loss covers the response and the closing end-
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional, Sequence
 
 from . import data as dd
@@ -66,10 +67,10 @@ def candidates(conversations: list[dict], context_turns: int, responder: Optiona
 def retrieve(queries: list[str], evidence: Optional[str], retriever: str, k: int) -> list[list[str]]:
     """Top-``k`` passage texts per query from the evidence TSV (default: the bundled Wikipedia passages)
     with mwb's BM25 or DPR retriever (:func:`mwb.retrieval.system.build_system`)."""
-    from mwb.retrieval.system import _say, build_system, default_encoder
+    from mwb.retrieval.system import build_system, default_encoder
     opts = {"evidence": evidence, "match": "string", "query_length": 64, "context_length": 256, "batch_size": 64,
             "index": "flat", "nprobe": 16}
-    encoder = default_encoder(_say) if retriever == "dpr" else None
+    encoder = default_encoder(lambda m: print(f"mwb: {m}", file=sys.stderr)) if retriever == "dpr" else None
     _, system = build_system(opts, [retriever], encoder, None, None, 0, 1, None)
     _, rows = system.retrievers[retriever].search(queries, k)
     return [[system.evidence.texts[int(r)] for r in row] for row in rows]
@@ -80,7 +81,7 @@ def query_text(context: Sequence[dd.Turn], turns: int = 2) -> str:
     return " ".join(t.text for t in context[-turns:])
 
 
-def build(items: list[dict], index: dict, opts: dict, references_k: int, knowledge: Optional[list[list[str]]],
+def build(items: list[dict], index: dict, references_k: int, knowledge: Optional[list[list[str]]],
           top_k: int, gold_knowledge: bool) -> list[dict]:
     """Examples from :func:`candidates` ``items``: prompt, target, actor, and ``knowledge_ref`` (the gold
     knowledge when the data has it, else the top retrieved passage as shown) for KF1."""

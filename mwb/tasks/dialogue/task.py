@@ -108,7 +108,7 @@ class Dialogue(base.Task):
             queries = [ex.query_text(it["context"]) for it in items]
             knowledge = ex.retrieve(queries, o["evidence"], o["retriever"], max(o["top_k"], 1))
         refs = o["references"] if o["actors"] else 0
-        out = ex.build(items, self.index, o, refs, knowledge, o["top_k"] if o["knowledge"] else 0,
+        out = ex.build(items, self.index, refs, knowledge, o["top_k"] if o["knowledge"] else 0,
                        o["gold_knowledge"])
         self._read[(path, split)] = out
         return out
