@@ -67,7 +67,7 @@ def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, ove
     if checkpoint is None and hasattr(cls, "default_checkpoint"):  # a task with its own default model (qa)
         checkpoint = cls.default_checkpoint(say=lambda m: click.echo(m, err=True))
     if checkpoint is None and cls.trainable():  # the newest fine-tuning run of this task
-        from mwb.cli.finetune import latest_run
+        from mwb.cli.starting_points import latest_run
         checkpoint = latest_run(f"finetune-{cls.name}")
         if checkpoint is None:
             raise ConfigError(f"no --checkpoint given and no runs/finetune-{cls.name}-* run: pass --checkpoint "

@@ -5,53 +5,12 @@ One command per task, made from the registry, so a new task file needs no change
 """
 from __future__ import annotations
 
-import glob
 import os
-import re
-import subprocess
-import sys
 
 import click
 
 from .options import build_config, default_out, training_options
-
-PRETRAIN_FOR = {"bert": "pretrain-bert", "gpt": "pretrain-gpt", "t5": "pretrain-t5"}
-FINETUNE_DEFAULTS = {
-    "train": {"steps": 1, "micro_batch_size": 4, "global_batch_size": 16, "eval_interval": 0, "save_interval": 0},
-    "optim": {"lr": 1e-4, "warmup_steps": 0, "decay_steps": None, "lr_schedule": "linear", "min_lr": 0.0,
-              "weight_decay": 0.01},
-}
-
-
-def latest_run(prefix: str):
-    """The newest complete run ``runs/PREFIX-<YYYYmmdd-HHMMSS>`` (not ``runs/PREFIX-pubmed-...``)."""
-    pattern = re.compile(re.escape(prefix) + r"-\d{8}-\d{6}$")
-    runs = [r for r in glob.glob(os.path.join("runs", f"{prefix}-*")) if pattern.match(os.path.basename(r))]
-    for run in sorted(runs, key=os.path.getmtime, reverse=True):
-        if os.path.isfile(os.path.join(run, "checkpoints", "latest")):
-            return run
-    return None
-
-
-def default_checkpoint(arch: str, say, data=None, steps: int = 300) -> str:
-    """The newest ``mwb pretrain ARCH`` run (on named data ``data``, e.g. ``pubmed``, when the task asks for
-    it), or a short one trained now (said out loud)."""
-    prefix = PRETRAIN_FOR[arch] + (f"-{data}" if data else "")
-    corpus = f"named data '{data}'" if data else "the bundled corpus"
-    run = latest_run(prefix)
-    if run:
-        say(f"mwb: no --checkpoint given: fine-tuning the newest {arch.upper()} pretraining run on {corpus}: {run}")
-        return run
-    out = default_out(prefix)
-    say(f"mwb: no --checkpoint given and no {prefix} run under runs/: pretraining a tiny {arch.upper()} first "
-        f"({out}, {steps} steps on {corpus})")
-    cmd = [sys.executable, "-m", "mwb", "pretrain", arch, "--steps", str(steps), "--eval-interval", "0", "--out", out]
-    if data:
-        cmd += ["--data", data]
-    if subprocess.call(cmd) != 0:
-        raise click.ClickException(f"the {arch.upper()} pretraining run failed; pass --checkpoint DIR")
-    return out
-
+from .starting_points import FINETUNE_DEFAULTS, default_checkpoint
 
 def _task_command(name: str, cls) -> click.Command:
     arch = "bert" if cls.objective != "generative" else "gpt"
@@ -129,22 +88,15 @@ def finetune(ctx, list_):
         from mwb.tasks.registry import list_tasks
         for name, cls in list_tasks(trainable=True).items():
             click.echo(f"{name:16s} {cls.description}")
-        click.echo(f"{'dpr':16s} DPR bi-encoder retriever, in-batch negatives (mwb/retrieval)")
-        click.echo(f"{'detox':16s} SGEAT domain-adaptive training on filtered self-generated data (mwb/tasks/detox)")
-        click.echo(f"{'story':16s} MEGATRON-CNTRL: keyword predictor, knowledge ranker and generator (mwb/tasks/story)")
-        click.echo(f"{'e2e-qa':16s} joint retriever + reader training, EMDR2 / individual top-k (mwb/retrieval/e2e)")
+        for name, cmd in sorted(ctx.command.commands.items()):  # the pipelines that are more than one task
+            click.echo(f"{name:16s} {cmd.get_short_help_str(limit=100)}")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
 
-from .retrieval_cmds import dpr, e2e_qa  # noqa: E402  (DPR, joint retriever + reader: mwb/retrieval)
-
-finetune.add_command(dpr)
-
 from .detox_finetune import detox_finetune  # noqa: E402  (SGEAT domain-adaptive training, mwb/tasks/detox)
-
-finetune.add_command(detox_finetune)
+from .retrieval_cmds import dpr, e2e_qa  # noqa: E402  (DPR, joint retriever + reader: mwb/retrieval)
 from .story import finetune_story  # noqa: E402  (MEGATRON-CNTRL: every part, mwb/tasks/story)
 
-finetune.add_command(finetune_story)
-finetune.add_command(e2e_qa)
+for _command in (dpr, e2e_qa, detox_finetune, finetune_story):
+    finetune.add_command(_command)

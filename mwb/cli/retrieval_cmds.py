@@ -133,7 +133,10 @@ def dpr(data, valid, hard_negatives, **kw):
 @click.option("--indexer-ranks", type=int, default=0, show_default=True,
               help="Ranks (of --nproc) that only re-embed the evidence, asynchronously.")
 @click.option("--reader-length", type=int, default=192, show_default=True, help="Reader tokens per passage.")
-def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every, indexer_ranks, reader_length, **kw):
+@click.option("--eval-questions", type=int, default=100, show_default=True,
+              help="Held-out questions evaluated before and after training (evenly spread; 0: all).")
+def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every, indexer_ranks, reader_length,
+           eval_questions, **kw):
     from mwb.core.config import RunConfig, update
     from mwb.core.presets import apply_preset
     from mwb.retrieval.e2e.refresh import RefreshConfig
@@ -142,6 +145,7 @@ def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every,
     out = kw.get("out") or default_out("finetune-e2e-qa")
     base = update(apply_preset(RunConfig(), "bert-tiny"), DEFAULTS)
     base, plan = plan_run(base, retriever, reader, method, top_k, evidence, questions,
-                          RefreshConfig(every=refresh_every, indexer_ranks=indexer_ranks), reader_length)
+                          RefreshConfig(every=refresh_every, indexer_ranks=indexer_ranks), reader_length,
+                          eval_questions)
     cfg = build_config(None, kw, base=base)
     train_e2e(cfg, plan, out, kw.get("nproc"), kw.get("resume", False))

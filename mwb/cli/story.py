@@ -42,7 +42,7 @@ def finetune_story(checkpoint, data, conceptnet, train_stories, dev_stories, top
     from mwb.tasks.story.ranker import RankerConfig
     from mwb.tasks.story.train import StoryConfig, run_story
 
-    from .finetune import FINETUNE_DEFAULTS, default_checkpoint
+    from .starting_points import FINETUNE_DEFAULTS, default_checkpoint
 
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     data = data or package_path("rocstories")
@@ -93,7 +93,7 @@ def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conce
     from mwb.tasks.story.keywords import parse_control
     from mwb.tasks.story.writer import WriteConfig, StoryWriter
 
-    from .finetune import latest_run
+    from .starting_points import latest_run
 
     checkpoint = checkpoint or latest_run("finetune-story")
     if checkpoint is None:

@@ -14,6 +14,7 @@ Modules (see docs/retrieval.md):
 ``matching``   DPR's answer matching (:func:`has_answer`) and top-k accuracy
 ``system``     the QA retrieval system (evidence + DPR index + BM25) that ``mwb eval qa`` (mwb/tasks/qa.py) scores
 ``text``       evidence / question readers and DPR-style tokenisation
+``e2e``        joint retriever + reader training (EMDR2, individual top-k), the refreshed evidence index
 
 Names are imported lazily, so ``import mwb.retrieval`` costs nothing.
 """

@@ -3,7 +3,7 @@ NER asks for PubMed with the biomedical vocabulary; other BERT tasks keep the bu
 lookup does not pick up a PubMed run."""
 import os
 
-import mwb.cli.finetune as ft
+import mwb.cli.starting_points as ft
 from mwb.tasks.registry import get_task
 
 

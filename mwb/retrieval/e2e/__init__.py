@@ -8,5 +8,6 @@ Modules, one job each:
              training ranks or asynchronously on separate indexer ranks (``--indexer-ranks R``)
 ``joint``    the trainer's view of a retriever + reader pair: retrieve from the current index, score the
              top-k with the live encoders, add the reader's loss
+``evaluate`` held-out retriever top-k and reader EM (also with random passages), before and after
 ``train``    the ``mwb finetune e2e-qa`` flow on the shared training job skeleton
 """

@@ -102,31 +102,45 @@ class E2EPlan:
     tokenizer: str
     rcfg: dict
     refresh: dict
+    eval_questions: int = 100      # held-out questions evaluated before and after (evenly spread)
 
 
 def split_questions(records: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(train, held-out): records that carry a ``split`` use it (``train`` vs anything else), the rest
-    are split by position (every 4th held out)."""
-    train, held = [], []
-    for i, r in enumerate(records):
-        split = r.get("split")
-        is_train = split == "train" if split else i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1
-        (train if is_train else held).append(r)
-    return train, held
+    """(train, held-out) by position, every 4th question held out (DPR's dev/test labels of the real
+    questions name their source split, not ours: none of them is a training split)."""
+    held = [r for i, r in enumerate(records) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+    return [r for i, r in enumerate(records) if i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1], held
 
 
 def answerable(records: list[dict], evidence) -> list[dict]:
-    """The questions with an answer somewhere in the evidence (DPR's has-answer rule)."""
-    from ..matching import has_answer, normalize, simple_tokens
+    """The questions with an answer somewhere in the evidence, by DPR's has-answer rule (the answer's
+    tokens appear contiguously in a passage's tokens): answer token n-grams looked up in the evidence's
+    n-grams of the same length, built once per length."""
+    from ..matching import normalize, simple_tokens
 
-    tokens = [simple_tokens(normalize(t)) for t in evidence.texts]
-    return [r for r in records if any(has_answer(r["answers"], t, text_tokens=k)
-                                      for t, k in zip(evidence.texts, tokens))]
+    passages = [simple_tokens(normalize(t)) for t in evidence.texts]
+    grams: dict[int, set] = {}
+
+    def found(answer: str) -> bool:
+        a = tuple(simple_tokens(normalize(answer)))
+        if not a:
+            return False
+        if len(a) not in grams:
+            grams[len(a)] = {tuple(p[i:i + len(a)]) for p in passages for i in range(len(p) - len(a) + 1)}
+        return a in grams[len(a)]
+    return [r for r in records if any(found(a) for a in r["answers"])]
+
+
+def spread(records: list, n: int) -> list:
+    """At most ``n`` records, evenly spread over the list (all of them when n ≤ 0 or there are fewer)."""
+    if n <= 0 or len(records) <= n:
+        return records
+    return [records[int(i * len(records) / n)] for i in range(n)]
 
 
 def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, top_k: int,
              evidence: Optional[str], questions: Optional[str], refresh: RefreshConfig,
-             reader_length: int = 192):
+             reader_length: int = 192, eval_questions: int = 100):
     """(config with the retriever's model section, plan)."""
     from mwb.core.compose import full_state
     from mwb.core.config import ConfigError, update
@@ -173,7 +187,7 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
                    dataclasses.asdict(ReaderConfig(seq_length=length)), method, top_k,
                    os.path.abspath(os.path.expanduser(evidence or BUNDLED_EVIDENCE)),
                    os.path.abspath(os.path.expanduser(questions or default_questions())), tok,
-                   dataclasses.asdict(rcfg), dataclasses.asdict(refresh))
+                   dataclasses.asdict(rcfg), dataclasses.asdict(refresh), eval_questions)
     for p in (plan.evidence, plan.questions):
         if not os.path.isfile(p):
             from mwb.core.errors import DataError
@@ -270,6 +284,7 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
         from mwb.core.errors import DataError
         raise DataError(f"none of the {len(records)} questions of {plan.questions} has an answer in {plan.evidence}")
     train_q, held_q = split_questions(usable)
+    held_q = spread(held_q, plan.eval_questions)
     say(f"mwb: {len(usable)} of {len(records)} questions have an answer in the evidence (DPR's has-answer rule)")
     trainer = joint_trainer(cfg, rcfg, plan.method, plan.top_k, reader_factory(plan, tok, cfg.train.seed),
                             train_q, evidence, tok, roles.trainers if roles else world, device)
