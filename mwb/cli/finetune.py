@@ -89,7 +89,8 @@ def finetune(ctx, list_):
         for name, cls in list_tasks(trainable=True).items():
             click.echo(f"{name:16s} {cls.description}")
         for name, cmd in sorted(ctx.command.commands.items()):  # the pipelines that are more than one task
-            click.echo(f"{name:16s} {cmd.get_short_help_str(limit=100)}")
+            first = (cmd.help or "").split("\n")[0]
+            click.echo(f"{name:16s} {first if len(first) <= 100 else first[:97] + '...'}")
     elif ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 
