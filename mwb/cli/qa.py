@@ -59,15 +59,16 @@ def synthesize(corpus, out, passages, answers_per_passage, seed, generator, qg_s
 
 @qa.command(name="evaluate-reader",
             help="BM25 top-k + an extractive reader (a squad fine-tuning run, or 'untrained') on questions with "
-                 "answers over an evidence corpus: EM/F1 into OUT/results.json. Defaults: the bundled questions "
-                 "and Wikipedia evidence, the untrained minilm-l6 reader.")
+                 "answers over an evidence corpus: EM/F1 into OUT/results.json. Defaults: the 216 bundled real "
+                 "questions that name an article, the bundled Wikipedia evidence, the untrained minilm-l6 reader.")
 @click.option("--reader", default="untrained", show_default=True, help="squad checkpoint/run, or 'untrained'.")
 @click.option("--questions", default=None, help="question<TAB>[answers] TSV or jsonl (default: bundled).")
 @click.option("--evidence", default=None, help="DPR evidence TSV (default: bundled Wikipedia sample).")
-@click.option("--top-k", type=int, default=5, show_default=True)
+@click.option("--top-k", type=int, default=3, show_default=True)
 @click.option("--seq-length", type=int, default=192, show_default=True)
 @click.option("--limit", type=int, default=None, help="Only the first N questions.")
-@click.option("--titled", is_flag=True, help="Only questions that name an article title (bundled real questions).")
+@click.option("--titled/--all-questions", default=None,
+              help="Only questions that name an article title (default with the bundled real questions: 216).")
 @click.option("--sample", type=int, default=None, help="A seeded sample of N questions.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of --sample.")
 @click.option("--base", default="minilm-l6", show_default=True, help="Encoder of the untrained reader.")
@@ -76,8 +77,10 @@ def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, title
     from mwb.core.checkpoint.format import atomic_write_text
     from mwb.evaluation.results import write_results
     from mwb.tasks.synthetic_qa.open_domain import default_questions, open_domain_eval
-    from mwb.retrieval.text import BUNDLED_EVIDENCE
+    from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS
 
+    if titled is None:
+        titled = questions is None and default_questions() == BUNDLED_REAL_QUESTIONS
     questions, evidence = questions or default_questions(), evidence or BUNDLED_EVIDENCE
     out = out or default_out("eval-qa-reader")
     click.echo(f"mwb: BM25 top-{top_k} + reader {reader} on {questions}", err=True)
