@@ -15,7 +15,7 @@ def test_lists_come_from_the_registry(capsys):
     code, out, _ = run_cli(["finetune", "--list"], capsys)
     assert code == 0
     listed = {line.split()[0] for line in out.splitlines() if line.strip()}
-    assert listed == set(list_tasks(trainable=True)) | {"dpr"}
+    assert listed == set(list_tasks(trainable=True)) | {"dpr", "detox"}  # the explicit commands
     assert "lambada" not in listed and "race" in listed and "prompt-target" in listed
     code, out, _ = run_cli(["eval", "--list"], capsys)
     assert code == 0
