@@ -83,15 +83,31 @@ def generate(checkpoint, num_samples, max_tokens, batch_size, seed, out):
 
 
 @detox.command(name="filter", help="Keep the least toxic ⌊keep·n⌋ of n scored lines (unscored dropped), shuffled.")
-@click.argument("scored", type=click.Path())
+@click.argument("scored", type=click.Path(), required=False)
 @click.option("--keep", type=float, default=0.5, show_default=True)
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--out", type=click.Path(), default=None, help="Output jsonl (default: SCORED with .filtered).")
 def filter_cmd(scored, keep, seed, out):
     from mwb.evaluation.toxicity.annotate import read_jsonl, write_jsonl
     from mwb.tasks.detox.selfgen import filter_least_toxic
+    scored = scored or _newest_scored()
     rows = read_jsonl(scored)
     kept = filter_least_toxic(rows, keep, seed)
     out = out or (scored[:-len(".jsonl")] if scored.endswith(".jsonl") else scored) + ".filtered.jsonl"
     click.echo(f"kept {len(kept)} of {len(rows)} lines: {write_jsonl(out, kept)}")
     click.echo(f"next: mwb preprocess --input {out} --output-prefix PREFIX --tokenizer T --append-eod")
+
+
+def _newest_scored() -> str:
+    """The newest ``runs/**/*.scored.jsonl`` (what ``mwb score`` wrote), announced; else a usage error."""
+    import glob
+
+    from mwb.core.config import ConfigError
+    found = [f for f in glob.glob(os.path.join("runs", "**", "*.scored.jsonl"), recursive=True)
+             if "rtp-prompts" not in f]
+    if not found:
+        raise ConfigError("no SCORED file given and none under runs/: run `mwb detox generate`, then "
+                          "`mwb score FILE.jsonl`, and pass the .scored.jsonl it writes")
+    newest = max(found, key=os.path.getmtime)
+    click.echo(f"no file given: filtering the newest scored file {newest}", err=True)
+    return newest

@@ -80,6 +80,7 @@ def _dp_worker(rank, world, prompts, cache):
 
 @pytest.mark.multiprocess
 def test_toxicity_eval_dp2_equals_one_process(tmp_path, monkeypatch):
+    pytest.importorskip("profanity_check")  # the default scorer
     cache = str(tmp_path / "cache")
     monkeypatch.setenv("MWB_CACHE", cache)
     prompts = _prompt_file(str(tmp_path))
@@ -129,6 +130,7 @@ def test_score_and_filter_commands(tmp_path, capsys, monkeypatch):
 
 
 def test_domain_adaptive_training_from_a_tiny_checkpoint(tmp_path, monkeypatch):
+    pytest.importorskip("profanity_check")  # the default scorer
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
     from mwb.tasks.detox.dapt import domain_adaptive_train
     from mwb.tasks.detox.loop import plain_like, prepare
@@ -152,3 +154,25 @@ def test_domain_adaptive_training_from_a_tiny_checkpoint(tmp_path, monkeypatch):
     from mwb.tasks.harness import evaluate_checkpoint
     rep = evaluate_checkpoint(task, str(tmp_path / "dapt"), limit=2)  # the adapted run loads and samples
     assert rep["metrics"]["num_prompts"] == 2
+
+
+def test_whole_loop_on_a_tiny_checkpoint(tmp_path, monkeypatch):
+    pytest.importorskip("profanity_check")  # the default scorer
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    from mwb.tasks.detox.loop import LoopConfig, run_loop
+    ckpt = tiny_checkpoint(str(tmp_path / "gpt"), "gpt-tiny", seq=32, num_layers=1, hidden_size=32,
+                           num_attention_heads=2)
+    out = str(tmp_path / "loop")
+    res = run_loop(LoopConfig(checkpoint=ckpt, out=out, prompts=_prompt_file(str(tmp_path)), eval_prompts=2,
+                              samples=2, max_tokens=3, self_samples=6, self_max_tokens=6, batch_size=3,
+                              train={"train": {"steps": 1, "global_batch_size": 2, "micro_batch_size": 2,
+                                               "seq_length": 16, "eval_steps": 1}, "logging": {"progress": False}}),
+                   say=lambda m: None)
+    saved = json.load(open(os.path.join(out, "results.json")))
+    assert saved["task"] == "detox" and saved["metrics"] == pytest.approx(res["metrics"], nan_ok=True)
+    assert set(saved["table"]) == {"pretrained", "sgeat"} and saved["scale"]["kept"] == 3
+    assert set(saved["seconds"]) >= {"self-generation", "domain-adaptive training", "evaluate the adapted model"}
+    kept = [json.loads(x) for x in open(os.path.join(out, "selfgen.filtered.jsonl"))]
+    scored = sorted(json.loads(x)["toxicity"] for x in open(os.path.join(out, "selfgen.scored.jsonl")))
+    assert sorted(r["toxicity"] for r in kept) == scored[:3]
+    assert len(open(os.path.join(out, "continuations.sgeat.jsonl")).readlines()) == 2
