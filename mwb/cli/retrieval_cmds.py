@@ -92,8 +92,13 @@ def ict(evidence, valid, query_in_block_prob, **kw):
               help="Chance the masked sentence stays in its block (default 0.1).")
 def mss(evidence, valid, query_in_block_prob, **kw):
     if not kw.get("checkpoint") and not kw.get("resume"):
-        click.echo("mwb: no --checkpoint given: MSS starts from minilm-l6 (all-MiniLM-L6-v2)", err=True)
-        kw["checkpoint"] = "minilm-l6"
+        from mwb.retrieval.system import minilm_dir
+
+        # the sentence-transformers directory keeps MiniLM's retrieval settings (one tower, mean pooling,
+        # cosine); the converted named model is the same weights as a plain BERT ([CLS] pooling)
+        kw["checkpoint"] = minilm_dir() or "minilm-l6"
+        click.echo(f"mwb: no --checkpoint given: MSS starts from minilm-l6 (all-MiniLM-L6-v2, {kw['checkpoint']})",
+                   err=True)
     flags = _rcfg_flags(kw, query_in_block_prob=query_in_block_prob)
     _run("mss", kw, evidence, valid, flags)
 

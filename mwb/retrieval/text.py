@@ -116,7 +116,7 @@ def read_questions(path: str) -> list[dict]:
             text = f.read()
         try:
             records = json.loads(text) if name.endswith(".json") else \
-                [json.loads(line) for line in text.split("\n") if line.strip()]  # not splitlines: \u2028 may sit in a string
+                [json.loads(line) for line in text.split("\n") if line.strip()]  # not splitlines(): U+2028 in text
         except json.JSONDecodeError as e:
             raise DataError(f"{path}: not valid JSON ({e})") from None
         if isinstance(records, dict):

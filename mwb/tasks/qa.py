@@ -4,8 +4,9 @@ For each question the retriever returns the top-k passages of the evidence corpu
 as answered at k when one of them contains an answer by DPR's rules (:mod:`mwb.retrieval.matching`).
 Metrics are ``<retriever>_top<k>`` for k in ``--top-k`` (default 1, 5, 20, 100, as in the DPR paper) plus
 ``num_questions``; without ``--retriever`` both retrievers run on the same corpus and questions and a
-side-by-side table is printed. ``--retriever random`` is the no-retrieval control. The retrieval system
-(index, caches) is :mod:`mwb.retrieval.system`.
+side-by-side table is printed. ``--retriever random`` is the no-retrieval control. Default questions: the
+real DPR questions the bundled evidence can answer (``real_questions.jsonl.gz``; ``--limit N`` for fewer).
+The retrieval system (index, caches) is :mod:`mwb.retrieval.system`.
 
 ``--reader C`` (an extractive BERT or FiD T5 reader, :mod:`mwb.retrieval.readers`) also answers every question
 from each retriever's top ``--reader-k`` passages: ``<retriever>_exact_match`` and ``<retriever>_f1`` (SQuAD

@@ -42,12 +42,18 @@ def files(tmp_path_factory):
     return d, str(ev), str(qs)
 
 
-def test_finetune_reader_then_eval_qa_with_reader(files, capsys):
+@pytest.mark.parametrize("kind", ["extractive", "fid"])
+def test_finetune_reader_then_eval_qa_with_reader(files, capsys, kind):
     d, ev, qs = files
-    base = tiny_checkpoint(str(d / "bert"), "bert-tiny", seq=64, num_layers=1, hidden_size=32,
-                           num_attention_heads=2, max_position_embeddings=64)
-    run = str(d / "reader-run")
-    code, _, err = run_cli(["finetune", "qa-reader", "--checkpoint", base, "--data", qs, "--evidence", ev,
+    if kind == "extractive":
+        base = tiny_checkpoint(str(d / kind), "bert-tiny", seq=64, num_layers=1, hidden_size=32,
+                               num_attention_heads=2, max_position_embeddings=64)
+    else:
+        base = tiny_checkpoint(str(d / kind), "t5-tiny", seq=64, num_layers=1, num_decoder_layers=1, hidden_size=32,
+                               num_attention_heads=2)
+    run = str(d / f"reader-run-{kind}")
+    code, _, err = run_cli(["finetune", "qa-reader", "--reader", kind, "--checkpoint", base, "--data", qs,
+                            "--evidence", ev,
                             "--top-k", "2", "--reader-length", "48", "--epochs", "2", "--micro-batch-size", "4",
                             "--global-batch-size", "4", "--lr", "3e-3", "--out", run], capsys)
     assert code in (0, None), err
@@ -55,13 +61,14 @@ def test_finetune_reader_then_eval_qa_with_reader(files, capsys):
     assert res["task"] == "qa-reader" and 0 <= res["metrics"]["exact_match"] <= 100
     assert res["metrics"]["answer_in_passages"] == 100.0 and res["metrics"]["count"] == 2  # two dev questions
 
-    out = str(d / "eval")
+    out = str(d / f"eval-{kind}")
     code, _, err = run_cli(["eval", "qa", "--retriever", "bm25", "--reader", run, "--evidence", ev, "--questions", qs,
                             "--top-k", "1,2", "--reader-k", "2", "--reader-length", "48", "--out", out], capsys)
     assert code in (0, None), err
     metrics = json.load(open(os.path.join(out, "results.json")))["metrics"]
     # the same reader, passages and answers, computed here without the harness
     reader = load_reader(res["best_checkpoint"], "cpu", ReaderConfig(seq_length=48, max_answer_tokens=16))
+    assert reader.kind == kind
     evidence, questions = read_evidence(ev), read_questions(qs)
     rows = BM25Retriever(evidence).search([q["question"] for q in questions], 2)[1]
     docs = [[{"id": evidence.ids[r], "title": evidence.titles[r], "text": evidence.texts[r]} for r in row]
@@ -71,6 +78,8 @@ def test_finetune_reader_then_eval_qa_with_reader(files, capsys):
     assert metrics["bm25_exact_match"] == pytest.approx(want["exact_match"])
     assert metrics["bm25_f1"] == pytest.approx(want["f1"])
     assert set(metrics) >= {"bm25_top1", "bm25_top2", "num_questions"} and metrics["num_questions"] == 10
+    if kind == "fid":
+        return
 
     code, _, err = run_cli(["eval", "qa", "--retriever", "bm25", "--reader", str(d / "missing"), "--evidence", ev,
                             "--questions", qs, "--out", out], capsys)

@@ -37,9 +37,11 @@ class FiDReader:
 
     def __init__(self, model, tokenizer, cfg: ReaderConfig = ReaderConfig(), state=None) -> None:
         self.model, self.tokenizer, self.cfg, self.state = model, tokenizer, cfg, state
-        tokenizer.require("pad", purpose="the FiD reader")
-        self.end, self.start = end_and_start_ids(tokenizer)
-        self.pad = tokenizer.pad
+        self.end = self.start = self.pad = None  # no tokenizer: scores already featurised batches only
+        if tokenizer is not None:
+            tokenizer.require("pad", purpose="the FiD reader")
+            self.end, self.start = end_and_start_ids(tokenizer)
+            self.pad = tokenizer.pad
 
     @property
     def device(self):
