@@ -59,7 +59,6 @@ class Hypothesis:
     top_logprobs: list[dict[int, float]]
     score: float
     finish_reason: str  # "stop" (end token or stop string) or "length"
-    ended_by_token: bool = False  # the end token closed it (it is not in ``tokens``)
 
 
 @dataclass
@@ -148,10 +147,9 @@ class PromptBeams:
     def _finish(self, beam: int, tok: int, logp: torch.Tensor, score: float, reason: str) -> None:
         """Keep a finished hypothesis when it is among the ``num_beams`` best (ties: the earlier one stays)."""
         (tokens,), (logprobs,), (tops,) = self._extend([beam], [tok], logp)
-        by_token = reason == "end"
-        if by_token:  # the end token closes the sequence but is not part of the completion
+        if reason == "end":  # the end token closes the sequence but is not part of the completion
             tokens, logprobs, tops = tokens[:-1], logprobs[:-1], tops[:-1]
-        hyp = Hypothesis(tokens, logprobs, tops, score, "length" if reason == "length" else "stop", by_token)
+        hyp = Hypothesis(tokens, logprobs, tops, score, "length" if reason == "length" else "stop")
         at = next((i for i, h in enumerate(self.finished) if score > h.score), len(self.finished))
         self.finished.insert(at, hyp)
         del self.finished[self.num_beams:]
