@@ -55,7 +55,7 @@ class StoryWriter:
         self.manifest = m = read_manifest(run)
         self.run = run
         self.keyword_lm = load_language_model(m["keywords"], device=device)[1] if m["keywords"] else None
-        _, self.lm = load_language_model(m["generator"], device=device)
+        self.cfg, self.lm = load_language_model(m["generator"], device=device)  # the generator's run config
         self.ranker = Ranker(m["ranker"], device=device) if m["knowledge"] else None
         self.kb = knowledge_base(conceptnet or m.get("conceptnet"))
         self.top_n, self.candidates, self.use_knowledge = m["top_n"], m["candidates"], m["knowledge"]
