@@ -65,7 +65,8 @@ class StoryWriter:
             return [[] for _ in contexts]
         params = SamplingParams(max_tokens=12, temperature=0.0, stop=("\n",))
         gens = generate(self.keyword_lm, [keyword_prompt(c) for c in contexts], params, batch_size=batch_size)
-        return [parse_keywords(g.text) for g in gens]
+        # a keyword is a RAKE phrase: at most 3 words, 2 per sentence, as in training
+        return [[k for k in parse_keywords(g.text) if len(k.split()) <= 3][:2] for g in gens]
 
     def knowledge(self, contexts: list[str], keywords: list[list[str]]) -> list[list[str]]:
         """The ranked top-N knowledge sentences for each context and its keywords."""
