@@ -58,7 +58,7 @@ def test_rake_scores_match_hand_computation():
     # "friend's": the contraction tail "s" is a stopword; laverne needs: 2 + 2
     assert rake_scores("Laverne needs to prepare something for her friend's party.") == \
         [("laverne needs", 4.0), ("prepare", 1.0), ("friend", 1.0), ("party", 1.0)]
-    assert sentence_keywords("It was 5 pm. Tom slept.", 2) == ["tom slept"]
+    assert sentence_keywords("It was 5. Tom slept.", 2) == ["tom slept"]  # "5" has no letter: no keyword
 
 
 def test_keyword_strings():
@@ -177,3 +177,11 @@ def test_story_generator_tp2_equals_one_process(tmp_path):
     a, b = _losses(one), _losses(two)
     assert len(a) == len(b) == 4 and a[-1] < a[0]
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5, (a, b)
+
+
+def test_story_commands_fail_with_one_line(tmp_path, capsys):
+    from tests.helpers.cli import run_cli
+    code, _, err = run_cli(["generate", "story", "--checkpoint", str(tmp_path)], capsys)
+    assert code == 1 and "not a `mwb finetune story` run" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(["generate"], capsys)  # the plain command still needs --prompt
+    assert code == 2 and "--prompt" in err

@@ -58,7 +58,7 @@ class StoryEval(Task):
 
     def load_model(self, checkpoint, tokenizer=None, device=None):
         writer = StoryWriter(checkpoint, device=device or "cpu", conceptnet=self.opts["conceptnet"])
-        return writer.manifest, writer
+        return writer.cfg, writer
 
     def build(self, examples, runner):
         self.examples = examples

@@ -55,7 +55,7 @@ class StoryWriter:
         self.manifest = m = read_manifest(run)
         self.run = run
         self.keyword_lm = load_language_model(m["keywords"], device=device)[1] if m["keywords"] else None
-        _, self.lm = load_language_model(m["generator"], device=device)
+        self.cfg, self.lm = load_language_model(m["generator"], device=device)  # the generator's run config
         self.ranker = Ranker(m["ranker"], device=device) if m["knowledge"] else None
         self.kb = knowledge_base(conceptnet or m.get("conceptnet"))
         self.top_n, self.candidates, self.use_knowledge = m["top_n"], m["candidates"], m["knowledge"]
@@ -65,7 +65,8 @@ class StoryWriter:
             return [[] for _ in contexts]
         params = SamplingParams(max_tokens=12, temperature=0.0, stop=("\n",))
         gens = generate(self.keyword_lm, [keyword_prompt(c) for c in contexts], params, batch_size=batch_size)
-        return [parse_keywords(g.text) for g in gens]
+        # a keyword is a RAKE phrase: at most 3 words, 2 per sentence, as in training
+        return [[k for k in parse_keywords(g.text) if len(k.split()) <= 3][:2] for g in gens]
 
     def knowledge(self, contexts: list[str], keywords: list[list[str]]) -> list[list[str]]:
         """The ranked top-N knowledge sentences for each context and its keywords."""
