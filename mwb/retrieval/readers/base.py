@@ -51,6 +51,27 @@ class Reader(Protocol):
     def predict(self, questions: Sequence[str], docs: Sequence[Sequence[dict]]) -> list[str]: ...
 
 
+class BatchedReader:
+    """The :class:`Reader` interface on top of what each kind defines: ``batch(questions, docs[, answers])``,
+    ``loss_terms(batch) -> (total, count)``, ``doc_logprobs_batch(batch)`` and ``answers(batch, docs)``
+    (prediction, run here in eval mode and the model's mode restored after)."""
+
+    def loss(self, questions, docs, answers) -> Tensor:
+        total, count = self.loss_terms(self.batch(questions, docs, answers))
+        return total / count.clamp(min=1.0)
+
+    def doc_logprobs(self, questions, docs, answers):
+        return self.doc_logprobs_batch(self.batch(questions, docs, answers))
+
+    def predict(self, questions, docs) -> list[str]:
+        was = self.model.training
+        self.model.eval()
+        try:
+            return self.answers(self.batch(questions, docs), docs)
+        finally:
+            self.model.train(was)
+
+
 @dataclass(frozen=True)
 class ReaderConfig:
     """Input sizes of a reader (both kinds): ``seq_length`` tokens per (question, document) input;

@@ -33,7 +33,7 @@ from mwb.core.models.init import full_init
 from mwb.core.parallel.collectives import gather_from_sequence
 from mwb.core.training.batches import collate
 
-from .base import NO_MATCH, ReaderConfig, answer_char_spans, check_batch, doc_context
+from .base import NO_MATCH, BatchedReader, ReaderConfig, answer_char_spans, check_batch, doc_context
 
 MASKED = -1.0e9  # logit of a position that cannot start or end an answer
 PRETRAINING_ONLY = ("lm_transform", "head", "loss_fn", "binary_classifier", "pooler")
@@ -77,7 +77,7 @@ def build_span_model(model_cfg, state, vocab_size: int, seed: int, device="cpu",
     return model
 
 
-class ExtractiveReader:
+class ExtractiveReader(BatchedReader):
     kind = "extractive"
 
     def __init__(self, model, tokenizer, cfg: ReaderConfig = ReaderConfig()) -> None:
@@ -163,22 +163,9 @@ class ExtractiveReader:
             out.append((k, int(batch["char_start"][b, k, s]), int(batch["char_end"][b, k, e])))
         return out
 
-    # ------------------------------------------------------------------------------ the Reader interface
-    def loss(self, questions, docs, answers) -> torch.Tensor:
-        total, count = self.loss_terms(self.batch(questions, docs, answers))
-        return total / count.clamp(min=1.0)
-
-    def doc_logprobs(self, questions, docs, answers):
-        return self.doc_logprobs_batch(self.batch(questions, docs, answers))
-
-    def predict(self, questions, docs) -> list[str]:
-        was = self.model.training
-        self.model.eval()
-        try:
-            best = self.best_spans(self.batch(questions, docs))
-        finally:
-            self.model.train(was)
-        return [doc_context(d[k])[s:e] if s >= 0 else "" for d, (k, s, e) in zip(docs, best)]
+    def answers(self, batch: dict, docs) -> list[str]:
+        """The best span's text (from the document's own characters) for each question."""
+        return [doc_context(d[k])[s:e] if s >= 0 else "" for d, (k, s, e) in zip(docs, self.best_spans(batch))]
 
 
 def token_spans(char_start: np.ndarray, char_end: np.ndarray, char_spans, max_tokens: int) -> list[tuple[int, int]]:

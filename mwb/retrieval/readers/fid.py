@@ -25,14 +25,14 @@ from mwb.core.models.transformer import KVCache
 from mwb.core.training.batches import collate
 from mwb.evaluation.lm import full_vocab_logits
 
-from .base import ReaderConfig, check_batch
+from .base import BatchedReader, ReaderConfig, check_batch
 
 
 def fid_source(question: str, doc: dict) -> str:
     return f"question: {question} title: {doc.get('title') or ''} context: {doc.get('text') or ''}"
 
 
-class FiDReader:
+class FiDReader(BatchedReader):
     kind = "fid"
 
     def __init__(self, model, tokenizer, cfg: ReaderConfig = ReaderConfig(), state=None) -> None:
@@ -121,19 +121,6 @@ class FiDReader:
             tokens = nxt[:, None]
         return out
 
-    # ------------------------------------------------------------------------------ the Reader interface
-    def loss(self, questions, docs, answers) -> torch.Tensor:
-        total, count = self.loss_terms(self.batch(questions, docs, answers))
-        return total / count.clamp(min=1.0)
-
-    def doc_logprobs(self, questions, docs, answers):
-        return self.doc_logprobs_batch(self.batch(questions, docs, answers))
-
-    def predict(self, questions, docs) -> list[str]:
-        was = self.model.training
-        self.model.eval()
-        try:
-            ids = self.greedy(self.batch(questions, docs))
-        finally:
-            self.model.train(was)
-        return [self.tokenizer.decode(row).strip() for row in ids]
+    def answers(self, batch: dict, docs) -> list[str]:
+        """Greedy answers decoded over all K documents."""
+        return [self.tokenizer.decode(row).strip() for row in self.greedy(batch)]
