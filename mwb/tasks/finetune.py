@@ -184,4 +184,6 @@ def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) ->
                       config=results.get("config"),
                       extra={k: v for k, v in results.items() if k not in ("task", "metrics", "checkpoint", "config",
                                                                           "time", "mwb", "torch")})
+        for name, text in getattr(task, "files", dict)().items():  # e.g. the generations, next to results.json
+            atomic_write_text(os.path.join(job["out"], name), text)
     return results

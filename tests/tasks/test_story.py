@@ -185,3 +185,20 @@ def test_story_commands_fail_with_one_line(tmp_path, capsys):
     assert code == 1 and "not a `mwb finetune story` run" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli(["generate"], capsys)  # the plain command still needs --prompt
     assert code == 2 and "--prompt" in err
+
+
+def test_story_eval_keeps_the_written_stories_for_stories_jsonl():
+    from mwb.tasks.story.evaluation import StoryEval
+    task = StoryEval()
+    gold = [Story("a", ("Ann had a dog.", "It ran.", "It sat.", "It ate.", "It slept.")),
+            Story("b", ("Bob had a cat.", "It hid.", "It ran.", "It sat.", "It purred."))]
+    task.examples = gold
+    free = ["First.", "the dog ran away", "it came back", "they were happy", "the end"]
+    ctrl = ["First.", "the oven was hot", "the dog ran", "it slept", "the end"]
+    results = [{"free": free, "controlled": ctrl, "control": [["oven"], ["dog"], ["cat"], ["moon"]], "nll": (4.0, 2)}
+               for _ in gold]
+    m = task.aggregate(results)
+    assert m["inclusion_control"] == 0.5 and m["inclusion_no_control"] == 0.0  # oven, dog; none without
+    rows = [json.loads(line) for line in task.files()["stories.jsonl"].splitlines()]
+    assert [r["first"] for r in rows] == ["Ann had a dog.", "Bob had a cat."]
+    assert rows[0]["controlled"] == ctrl and rows[1]["gold"] == list(gold[1].sentences) and rows[0]["control"][0] == ["oven"]

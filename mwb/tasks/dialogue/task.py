@@ -14,6 +14,7 @@ actor-ID consistency of the replies (:mod:`.actor_ranker`).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 
@@ -118,6 +119,8 @@ class Dialogue(base.Task):
 
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
         golds = [e["target"] for e in examples]
+        self.samples = [{"actor": e.get("actor"), "prompt": e["prompt"], "reply": p, "gold": g}
+                        for e, p, g in zip(examples, preds, golds)]
         know = [e.get("knowledge_ref") for e in examples]
         out = dialogue_scores(preds, golds, know if any(know) else None)
         if self.opts["actors"] and self.opts["ranker_candidates"] > 1:
@@ -131,3 +134,7 @@ class Dialogue(base.Task):
                 out.update(consistency(ActorRanker(encoder), preds, examples, self.index,
                                        self.opts["ranker_candidates"], golds=golds))
         return out
+
+    def files(self) -> dict[str, str]:
+        """``replies.jsonl`` beside results.json: every evaluated prompt, its generated and its gold reply."""
+        return {"replies.jsonl": "".join(json.dumps(r) + "\n" for r in getattr(self, "samples", []))}

@@ -16,6 +16,7 @@ Objective: custom (no training here). Metrics:
 """
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -81,6 +82,8 @@ class StoryEval(Task):
         with_c = [(k, r["controlled"][t + 1]) for r in results for t, k in enumerate(r["control"])]
         without = [(k, r["free"][t + 1]) for r in results for t, k in enumerate(r["control"])]
         gold = [" ".join(s.sentences) for s in self.examples]
+        self.samples = [{"first": s.sentences[0], "free": r["free"], "controlled": r["controlled"],
+                         "control": r["control"], "gold": list(s.sentences)} for s, r in zip(self.examples, results)]
         return {"ppl": math.exp(nll / count) if count else float("nan"),
                 "distinct_4": story_distinct(free, 4), "repeat_4": repeat_n(free, 4),
                 "inclusion_control": keyword_inclusion(with_c), "inclusion_no_control": keyword_inclusion(without),
@@ -88,6 +91,10 @@ class StoryEval(Task):
                 "repeat_4_controlled": repeat_n([" ".join(r["controlled"]) for r in results], 4),
                 "gold_distinct_4": story_distinct(gold, 4), "gold_repeat_4": repeat_n(gold, 4),
                 "stories": len(results), "target_tokens": count}
+
+    def files(self) -> dict[str, str]:
+        """``stories.jsonl`` beside results.json: each story written without and with the test's control."""
+        return {"stories.jsonl": "".join(json.dumps(r) + "\n" for r in getattr(self, "samples", []))}
 
 
 @torch.no_grad()
