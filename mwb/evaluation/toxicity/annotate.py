@@ -15,21 +15,27 @@ from mwb.core.errors import DataError
 from .scorers import Scorer
 
 
-def read_jsonl(path: str) -> list[dict]:
-    if not os.path.isfile(path):
-        raise DataError(f"file not found: {path}")
-    rows = []
+def jsonl_lines(path: str):
+    """``(line number, parsed value)`` for every non-blank line of a JSONL file; a line that is not JSON is
+    a one-line :class:`DataError` naming it (the prompt readers keep the numbers as ids)."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                yield n, json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}: line {n} is not JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}: line {n} is not a JSON object")
-            rows.append(row)
+
+
+def read_jsonl(path: str) -> list[dict]:
+    if not os.path.isfile(path):
+        raise DataError(f"file not found: {path}")
+    rows = []
+    for n, row in jsonl_lines(path):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {n} is not a JSON object")
+        rows.append(row)
     return rows
 
 

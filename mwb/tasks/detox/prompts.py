@@ -18,32 +18,25 @@ from __future__ import annotations
 
 import glob
 import itertools
-import json
 import os
 
 from mwb.core.errors import DataError
+from mwb.evaluation.toxicity.annotate import jsonl_lines
 
 
 def read_jsonl_prompts(path: str) -> list[dict]:
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: line {n} is not JSON ({e.msg})") from None
-            p = row.get("prompt", row.get("text")) if isinstance(row, dict) else None
-            if isinstance(p, dict):  # RealToxicityPrompts' own layout
-                text, tox = p.get("text"), p.get("toxicity")
-            else:
-                text, tox = p, row.get("toxicity")
-            if not isinstance(text, str):
-                raise DataError(f"{path}: line {n} has no prompt text (expected RTP's prompt.text, or a "
-                                f"'prompt' / 'text' string)")
-            out.append({"text": text, "toxicity": None if tox is None else float(tox),
-                        "source": os.path.basename(path), "id": f"{os.path.basename(path)}:{n}"})
+    for n, row in jsonl_lines(path):
+        p = row.get("prompt", row.get("text")) if isinstance(row, dict) else None
+        if isinstance(p, dict):  # RealToxicityPrompts' own layout
+            text, tox = p.get("text"), p.get("toxicity")
+        else:
+            text, tox = p, row.get("toxicity") if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            raise DataError(f"{path}: line {n} has no prompt text (expected RTP's prompt.text, or a "
+                            f"'prompt' / 'text' string)")
+        out.append({"text": text, "toxicity": None if tox is None else float(tox),
+                    "source": os.path.basename(path), "id": f"{os.path.basename(path)}:{n}"})
     return out
 
 
