@@ -4,7 +4,10 @@
                  AdamW over every parameter separately (``foreach=False``: one pow/sqrt/div/addcdiv per
                  parameter, the step before), same gradients, same clip
   cross-entropy  the blocked cross-entropy against ``F.cross_entropy(logits[..., :V].float())``, forward +
-                 backward on [B·s, V_pad] logits, and the bytes autograd keeps for backward
+                 backward on [B·s, V_pad] logits, and the bytes autograd keeps for backward; then fp32 logits
+                 with no padded column (V = V_pad): the in-place path against ``F.cross_entropy``
+  grad-norm      the global gradient norm over the model's flat fp32 gradient buffer: fp32 rows summed in
+                 float64 (``sum_of_squares``) against ``vector_norm(buffer, dtype=float64)`` (the step before)
   precision      a whole training step in bf16 (fp32 master weights, fp32 gradient buffer) against fp32
   compile        a whole training step with ``train.compile`` against eager (after the compile warm-up)
 
@@ -89,6 +92,31 @@ def bench_cross_entropy(args) -> None:
     sb_new = saved_bytes(lambda: blocked_cross_entropy(logits.clone().requires_grad_(True), labels, vocab))
     row("cross-entropy fwd+bwd", "F.cross_entropy", "blocked", r,
         f"[{n}, {padded}] fp32; kept for backward {sb_old / 2**20:.0f} → {sb_new / 2**20:.0f} MiB")
+    full = torch.randint(0, padded, (n,))
+
+    def torch_full():
+        x = logits.clone().requires_grad_(True)
+        F.cross_entropy(x, full, reduction="none").sum().backward()
+
+    def in_place():
+        x = logits.clone().requires_grad_(True)
+        blocked_cross_entropy(x, full, padded).sum().backward()
+
+    r = best_median({"F.cross_entropy": torch_full, "in-place": in_place}, args.reps)
+    row("cross-entropy fwd+bwd, no padded column", "F.cross_entropy", "in-place", r, f"[{n}, {padded}] fp32")
+
+
+def bench_grad_norm(args) -> None:
+    from mwb.core.optim.optimizer import sum_of_squares
+    trainer = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
+    trainer.train_step()
+    grads = trainer.optimizer.groups[0].grad
+    r = best_median({"float64 norm": lambda: torch.linalg.vector_norm(grads, dtype=torch.float64).square().item(),
+                     "fp32 rows": lambda: sum_of_squares(grads).item()}, args.reps)
+    exact = grads.double().square().sum().item()
+    err = abs(sum_of_squares(grads).item() - exact) / exact
+    row("gradient norm (global, before clipping)", "float64 norm", "fp32 rows", r,
+        f"{grads.numel() / 1e6:.1f}M fp32 gradients; relative difference of Σg² {err:.1e}")
 
 
 def bench_step(args, variant: str) -> None:
@@ -109,7 +137,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["optimizer", "cross-entropy", "precision", "compile"])
+    ap.add_argument("--skip", nargs="*", default=[],
+                    choices=["optimizer", "cross-entropy", "grad-norm", "precision", "compile"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {args.shape} width, {args.layers} layers, seq {args.seq} × batch {args.batch}, {args.threads} "
@@ -121,6 +150,8 @@ def main() -> None:
         bench_optimizer(args)
     if "cross-entropy" not in args.skip:
         bench_cross_entropy(args)
+    if "grad-norm" not in args.skip:
+        bench_grad_norm(args)
     for v in ("precision", "compile"):
         if v not in args.skip:
             bench_step(args, v)

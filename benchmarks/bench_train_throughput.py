@@ -66,12 +66,10 @@ def matmul_peak_gflops(dtype: torch.dtype = torch.float32, n: int = 2048, reps: 
     return 2 * n ** 3 / best / 1e9
 
 
-def build(shape: str, layers, batch: int, seq: int, precision: str, compile_: bool, device: str = "cpu"):
-    """mwb's trainer for a named shape (``layers`` overrides the depth), dropout 0, tied embeddings."""
+def run_config(shape: str, layers, batch: int, seq: int, precision: str, compile_: bool):
+    """(run config, synthetic batches) for a named shape (``layers`` overrides the depth), dropout 0, tied."""
     from mwb.core.config import RunConfig, update
     from mwb.core.training.batches import SyntheticTokens
-    from mwb.core.training.spec import GPTSpec
-    from mwb.core.training.trainer import Trainer
     model = dict(SHAPES[shape]["model"], dropout=0.0, tie_embeddings=True)
     if layers:
         model["num_layers"] = layers
@@ -80,24 +78,31 @@ def build(shape: str, layers, batch: int, seq: int, precision: str, compile_: bo
                       "lr_schedule": "constant"},
             "train": {"steps": 10**6, "micro_batch_size": batch, "global_batch_size": batch, "seq_length": seq,
                       "precision": precision, "compile": compile_}}
-    cfg = update(RunConfig(), tree)
-    data = SyntheticTokens(model["vocab_size"], seq, seed=0)
-    return Trainer(cfg, GPTSpec(cfg, model["vocab_size"]), data, device=device)
+    return update(RunConfig(), tree), SyntheticTokens(model["vocab_size"], seq, seed=0)
 
 
-def step_flops(trainer) -> float:
-    """Model FLOPs of one step (see the module docstring for the formula)."""
+def build(shape: str, layers, batch: int, seq: int, precision: str, compile_: bool, device: str = "cpu"):
+    """mwb's trainer for a named shape (see :func:`run_config`)."""
+    from mwb.core.training.spec import GPTSpec
+    from mwb.core.training.trainer import Trainer
+    cfg, data = run_config(shape, layers, batch, seq, precision, compile_)
+    return Trainer(cfg, GPTSpec(cfg, cfg.model.vocab_size), data, device=device)
+
+
+def step_flops(cfg) -> float:
+    """Model FLOPs of one step of run config ``cfg`` (see the module docstring for the formula)."""
     from mwb.core.plan import ModelShape, flops_per_iteration
-    t = trainer.cfg.train
-    return flops_per_iteration(ModelShape.from_config(trainer.cfg.model, t.seq_length), t.global_batch_size, "none")
+    t = cfg.train
+    return flops_per_iteration(ModelShape.from_config(cfg.model, t.seq_length), t.global_batch_size, "none")
 
 
 class HFStepper:
-    """The same shape in ``transformers`` (GPT2LMHeadModel or LlamaForCausalLM), trained on the mwb
-    trainer's batches; bf16 runs under autocast over fp32 weights."""
+    """The same shape in ``transformers`` (GPT2LMHeadModel or LlamaForCausalLM), trained on the same batches
+    as mwb's run config ``cfg``; bf16 runs under autocast over fp32 weights. ``fused`` picks torch's fused
+    AdamW kernel (HF Trainer's default optimizer on CUDA), else torch's default (foreach)."""
 
-    def __init__(self, trainer, precision: str, device: str = "cpu") -> None:
-        m, t = trainer.cfg.model, trainer.cfg.train
+    def __init__(self, cfg, data, precision: str, device: str = "cpu", fused: bool = False) -> None:
+        m, t = cfg.model, cfg.train
         self.device = device
         if m.activation == "swiglu":
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -116,10 +121,12 @@ class HFStepper:
             kind = GPT2LMHeadModel
         cfg._attn_implementation = "sdpa"
         torch.manual_seed(0)
-        self.model = kind(cfg).to(device).train()
+        with torch.device(device):  # initialised where it trains (a 1.3B model in seconds on a GPU)
+            self.model = kind(cfg).train()
         self.autocast = precision == "bf16"
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01)
-        self.data, self.b, self.step_no = trainer.train_data, t.micro_batch_size, 0
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.01,
+                                     **({"fused": True} if fused else {}))
+        self.data, self.b, self.step_no = data, t.micro_batch_size, 0
 
     def step(self) -> None:
         from mwb.core.training.batches import get_microbatches
@@ -155,12 +162,12 @@ def bench_shape(shape: str, args) -> dict:
     spec = SHAPES[shape]
     seq, batch = args.seq or spec["seq"], args.batch or spec["batch"]
     trainer = build(shape, args.layers, batch, seq, args.precision, False)
-    steppers = {"mwb": trainer.train_step, "hf": HFStepper(trainer, args.precision).step}
+    steppers = {"mwb": trainer.train_step, "hf": HFStepper(trainer.cfg, trainer.train_data, args.precision).step}
     if args.compile:
         compiled = build(shape, args.layers, batch, seq, args.precision, True)
         steppers["mwb compiled"] = compiled.train_step
     times = alternate(steppers, args.steps, args.warmup)
-    flops = step_flops(trainer)
+    flops = step_flops(trainer.cfg)
     m = trainer.cfg.model
     out = {"shape": shape, "label": f"{m.num_layers} × {m.hidden_size}, {m.num_attention_heads}/{m.query_groups} heads, "
                                      f"seq {seq} × {batch}", "flops": flops, "tokens": batch * seq}

@@ -100,7 +100,7 @@ def profile_shape(shape: str, args) -> None:
     rows = [timer.step() for _ in range(args.steps)]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         timer.step()
-    flops = step_flops(trainer)
+    flops = step_flops(trainer.cfg)
     peak = {p: matmul_peak_gflops(d) for p, d in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     best = min(rows, key=lambda r: r["total"])
     m = trainer.cfg.model

@@ -5,7 +5,14 @@ slice and cast), keeps a full fp32 log-softmax for backward and makes a third fu
 gradient of the slice. Here the logits themselves are saved (they exist anyway), each block of rows is
 cast to fp32 only while it is processed, and backward writes the gradient once, straight in the logits'
 dtype and padded shape. Peak extra memory is one block (``BLOCK_ELEMENTS`` fp32 values) plus O(tokens).
-fp32 logits without padded columns need no slice or cast and go to ``F.cross_entropy`` (faster there).
+
+fp32 logits without padded columns need no slice or cast: they take one ``log_softmax`` (what
+``F.cross_entropy`` keeps too), and backward turns that saved log-softmax into the gradient in place
+(exp, scale, subtract at the targets). ``F.cross_entropy``'s backward instead allocates and zero-fills a
+one-hot gradient and a second full tensor for the log-softmax gradient; on a CPU, the page faults of
+those fresh allocations cost more than the arithmetic. Measured fwd+bwd, 2 cores: [2048, 8192] 33 ms
+against 71 ms, [1024, 49152] 94 ms against 202 ms. The price: the graph cannot be backpropagated twice
+(``retain_graph``), which mwb never does; a second backward raises instead of returning a wrong gradient.
 
 The same function serves logits split over the vocabulary (tensor parallelism): every rank computes the
 log-sum-exp of its own columns; ``reduce_max`` and ``reduce_sum`` (all-reduces over the TP group, or
@@ -17,7 +24,6 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 
 BLOCK_ELEMENTS = 1 << 23  # fp32 values of one block: 32 MiB
 
@@ -71,6 +77,30 @@ class _BlockedCrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
+class _InPlaceCrossEntropy(torch.autograd.Function):
+    """fp32, unpadded, one rank: log-softmax forward; its saved output becomes the gradient in backward."""
+
+    @staticmethod
+    def forward(ctx, logits, labels):
+        logsm = torch.log_softmax(logits, dim=-1)
+        ctx.save_for_backward(logsm, labels)
+        ctx.spent = False
+        return logsm.gather(1, labels[:, None]).squeeze(1).neg()
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.spent:
+            raise RuntimeError("mwb's cross-entropy reuses its saved log-softmax as the gradient: the graph "
+                               "cannot be backpropagated twice (retain_graph)")
+        ctx.spent = True
+        logsm, labels = ctx.saved_tensors
+        grad = logsm.exp_()  # softmax
+        grad.mul_(g[:, None])
+        rows = torch.arange(grad.size(0), device=grad.device)
+        grad[rows, labels] -= g
+        return grad, None
+
+
 def blocked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, start: int = 0,
                           reduce_max: Optional[Callable[[torch.Tensor], None]] = None,
                           reduce_sum: Optional[Callable[[torch.Tensor], None]] = None) -> torch.Tensor:
@@ -79,9 +109,9 @@ def blocked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_size
     ``labels`` must be valid ids (callers clamp ignored positions to 0 and mask their losses)."""
     flat = logits.reshape(-1, logits.size(-1))
     if reduce_max is None and flat.dtype == torch.float32 and start + flat.size(1) <= vocab_size:
-        # fp32 and no padded columns: nothing to slice or cast, so torch's fused kernel keeps no more
-        # (its log-softmax, the size of the logits it lets go) and is faster than the blocks
-        return F.cross_entropy(flat, labels.reshape(-1), reduction="none").view_as(labels)
+        # fp32 and no padded columns: nothing to slice or cast; one log-softmax (the size of the logits),
+        # turned into the gradient in place (module docstring)
+        return _InPlaceCrossEntropy.apply(flat, labels.reshape(-1)).view_as(labels)
     losses = _BlockedCrossEntropy.apply(flat, labels.reshape(-1), start, vocab_size,
                                         reduce_max or _noop, reduce_sum or _noop)
     return losses.view_as(labels)

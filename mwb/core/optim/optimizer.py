@@ -56,6 +56,25 @@ class FlatGroup:
     alias: bool
 
 
+NORM_ROW = 256
+
+
+def sum_of_squares(x: torch.Tensor) -> torch.Tensor:
+    """Σ x² of a 1-D tensor as a float64 scalar, accurate and without a float64 copy of ``x``.
+
+    One fp32 norm over ~10⁸ elements loses about 1% to accumulation error (measured: 1.5% at 135M), and
+    ``vector_norm(x, dtype=float64)`` converts the whole buffer first. Rows of ``NORM_ROW`` elements are
+    normed in fp32 and their squares summed in float64; the ragged tail is normed in float64. Measured at
+    135M elements on 2 cores: relative error 1e-10, 32 ms, against 354 ms for the float64 norm of the rows
+    (rows of 4096 were as fast but 40× less accurate, enough to move the flat-optimizer test)."""
+    n = x.numel() - x.numel() % NORM_ROW
+    out = torch.linalg.vector_norm(x[n:], dtype=torch.float64).square()
+    if n:
+        rows = torch.linalg.vector_norm(x[:n].view(-1, NORM_ROW), dim=1, dtype=torch.float32)
+        out = out + rows.double().square().sum()
+    return out
+
+
 def shares_embedding(model: nn.Module) -> bool:
     """Whether ``model`` (one stage, or a ModuleList of virtual-pipeline chunks) holds a tied embedding
     copy that another pipeline stage also holds."""
@@ -249,12 +268,20 @@ class DistributedOptimizer:
 
     def _grad_norm(self) -> float:
         """Global L2 norm: each distinct gradient element counted once across all ranks."""
+        total = self._global_sum_of_squares(exact=False)
+        if not math.isfinite(total):  # fp32 rows overflow past ~1e19: tell huge from inf/NaN in float64
+            total = self._global_sum_of_squares(exact=True)  # (every rank sees the same total: all branch)
+        return math.sqrt(total) if math.isfinite(total) else float("inf")
+
+    def _global_sum_of_squares(self, exact: bool) -> float:
         st = self.state
         dev = self.buffers[0].grads.device if self.buffers else torch.device("cpu")
         sq = [torch.zeros((), dtype=torch.float64, device=dev) for _ in self.buffers]
         for g, ranges in zip(self.groups, self._norm_ranges):
             for lo, hi in ranges:
-                sq[g.buffer] += torch.linalg.vector_norm(g.grad[lo:hi], dtype=torch.float64).square()
+                x = g.grad[lo:hi]
+                sq[g.buffer] += (torch.linalg.vector_norm(x, dtype=torch.float64).square() if exact
+                                 else sum_of_squares(x))
         total = torch.zeros((), dtype=torch.float64, device=dev)
         for bi, buf in enumerate(self.buffers):
             if self.distributed:
@@ -263,7 +290,7 @@ class DistributedOptimizer:
                 all_reduce_no_grad(sq[bi], st.group("ep"))
             total += sq[bi]
         all_reduce_no_grad(total, st.group("tp_pp"))
-        return math.sqrt(total.item()) if math.isfinite(total.item()) else float("inf")
+        return total.item()
 
     # -------------------------------------------------------------------------------------------- step
     @torch.no_grad()

@@ -22,7 +22,8 @@ measured-versus-predicted comparison states every byte it explains (``docs/bench
   all-gathered ``[b, s, h]`` input (2·s·b·h·e each, instead of the 2·s·b·h·e/t shard Megatron keeps and
   re-gathers in backward). This is the one large gap; it grows with t (at t = 8 the layer holds
   ~(34/t + 3.5)·s·b·h bytes against the planner's 34/t).
-* ``norm_stats``: each LayerNorm keeps its mean and 1/std (one element per token each).
+* ``norm_stats``: each LayerNorm keeps its mean and 1/std (one element per token each); on CUDA, each
+  RMSNorm keeps a float32 1/rms per token (measured on an H200: the 1 KiB left over at s=32, b=4).
 * ``rmsnorm_fp32``: ``nn.RMSNorm`` on 16-bit input on CPU computes in float32 and keeps a float32 copy of
   its input and of the normalised input (plus 1/rms) instead of the 16-bit input: 8 bytes per element, not 2.
 * ``cpu_dropout_masks``: CPU dropout multiplies by a mask in the activation dtype (2 bytes per element in
@@ -39,7 +40,8 @@ measured-versus-predicted comparison states every byte it explains (``docs/bench
 The differences above were measured on CPU (``tests/core/plan/test_activation_measure.py``, bf16, TP1 and
 TP2+SP: every byte accounted for). ``LayerCase(device="cuda")`` measures on a GPU; its branches of
 :func:`known_differences` (1-byte dropout masks, float32 LayerNorm statistics, fused attention with dropout)
-follow PyTorch's CUDA kernels and have not been measured in this project's CI, which has no GPU.
+follow PyTorch's CUDA kernels. They were measured once on an H200 (``benchmarks/gpu_mfu.py``, TP1, bf16:
+every row within 0.2%, see ``docs/benchmarks.md``); CI has no GPU.
 
 Nothing here runs unless called: ``mwb.core.plan`` itself stays pure arithmetic and does not import this.
 """
@@ -248,6 +250,8 @@ def known_differences(case: LayerCase, dtype_bytes: int = 2) -> dict:
         out["norm_stats"] = 2 * 2 * (e if cpu else 4) * s * b * rep
     elif cpu:  # nn.RMSNorm on 16-bit input: float32 input copy + normalised input + rstd instead of the input
         out["rmsnorm_fp32"] = 2 * ((8 - e) * s * b * h + 4 * s * b) * rep
+    else:  # CUDA's fused RMSNorm keeps the 16-bit input and a float32 1/rms per token, two norms
+        out["norm_stats"] = 2 * 4 * s * b * rep
     if case.dropout > 0 and cpu:  # CPU dropout keeps a mask in the activation dtype, not 1 byte
         out["cpu_dropout_masks"] = 2 * (e - 1) * s * b * h * rep
     if case.activation == "swiglu":

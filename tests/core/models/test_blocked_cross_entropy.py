@@ -11,7 +11,7 @@ from mwb.core.models.transformer import CrossEntropy
 
 @pytest.mark.parametrize("dtype,vocab", [(torch.float32, 50), (torch.bfloat16, 50), (torch.float32, 64)])
 def test_matches_f_cross_entropy_over_many_blocks(monkeypatch, dtype, vocab):
-    """vocab 50 of 64 columns: the blocks (7 of 3 rows); fp32 with all 64 columns real: torch's kernel."""
+    """vocab 50 of 64 columns: the blocks (7 of 3 rows); fp32 with all 64 columns real: the in-place path."""
     monkeypatch.setattr(loss_mod, "BLOCK_ELEMENTS", 3 * 64)  # 3 rows per block: 7 blocks for 20 tokens
     padded = 64
     g = torch.Generator().manual_seed(0)
@@ -42,3 +42,23 @@ def test_no_fp32_copy_of_the_logits_is_kept_for_backward():
         loss_mod.blocked_cross_entropy(logits, labels, 1000)
     big = [t for t in saved if t.numel() >= 8 * 1000]
     assert len(big) == 1 and big[0].dtype == torch.bfloat16
+
+
+def test_in_place_path_matches_torch_with_per_token_weights_and_refuses_a_second_backward():
+    """fp32 unpadded: the saved log-softmax becomes the gradient; per-token upstream weights (a loss mask,
+    token-count scaling) as F.cross_entropy gives them; backpropagating the same graph twice raises."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 40, generator=g) * 4
+    labels = torch.randint(0, 40, (6,), generator=g)
+    weights = torch.tensor([0.5, 0.0, 2.0, 1.0, 0.25, 3.0])
+    mine = logits.clone().requires_grad_(True)
+    losses = loss_mod.blocked_cross_entropy(mine, labels, 40)
+    (losses * weights).sum().backward(retain_graph=True)
+    ref_in = logits.clone().requires_grad_(True)
+    ref = F.cross_entropy(ref_in, labels, reduction="none")
+    (ref * weights).sum().backward()
+    assert torch.allclose(losses, ref, atol=1e-6, rtol=1e-6)
+    assert torch.allclose(mine.grad, ref_in.grad, atol=1e-6, rtol=1e-6)
+    assert torch.all(mine.grad[1] == 0)  # weight 0: no gradient at all
+    with pytest.raises(RuntimeError, match="backpropagated twice"):
+        (losses * weights).sum().backward()
