@@ -22,6 +22,10 @@ from .mlp import MLP
 from .moe import MoELayer
 
 
+# torch >= 2.5: scaled_dot_product_attention shares kv heads itself (faster, and k/v are not kept repeated)
+SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
 def make_norm(cfg: ModelConfig, size: Optional[int] = None) -> nn.Module:
     size = size or cfg.hidden_size
     if cfg.normalization == "rmsnorm":
@@ -118,17 +122,21 @@ class AttentionCore(nn.Module):
             if cp_mask is not None:
                 mask = cp_mask if mask is None else mask & cp_mask
                 causal = False
+        kw = {}
         if k.size(1) != q.size(1):  # grouped-query attention: share each kv head over its query heads
-            rep = q.size(1) // k.size(1)
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
+            if SDPA_GQA:  # the kernel reads each kv head for its query heads: no repeated copies kept
+                kw["enable_gqa"] = True
+            else:
+                rep = q.size(1) // k.size(1)
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
         p = self.dropout if self.training else 0.0
         if p > 0.0:
             with self.dropout_rng():
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                      is_causal=causal and mask is None, scale=self.scale)
+                                                      is_causal=causal and mask is None, scale=self.scale, **kw)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
-                                              scale=self.scale)
+                                              scale=self.scale, **kw)
 
 
 class Attention(nn.Module):

@@ -28,8 +28,9 @@ measured-versus-predicted comparison states every byte it explains (``docs/bench
   its input and of the normalised input (plus 1/rms) instead of the 16-bit input: 8 bytes per element, not 2.
 * ``cpu_dropout_masks``: CPU dropout multiplies by a mask in the activation dtype (2 bytes per element in
   bf16), where CUDA's fused dropout keeps a 1-byte mask.
-* ``gqa_repeated_kv``: with grouped-query attention mwb repeats k and v to every query head before
-  ``scaled_dot_product_attention`` (no ``enable_gqa``), so the kernel keeps a-head k and v, not g-head.
+* ``gqa_repeated_kv``: on torch < 2.5 (no ``enable_gqa``), grouped-query attention repeats k and v to
+  every query head before ``scaled_dot_product_attention``, so the kernel keeps a-head k and v, not g-head.
+  From torch 2.5 the kernel shares the kv heads itself and keeps g-head k and v, as the planner counts.
 * ``swiglu_product_inputs``: SwiGLU as ``silu(gate)·up`` keeps silu's output for the product as well as
   its input (one more s·b·f/t tensor than a fused SwiGLU, which is what ``gated=True`` counts).
 * ``selective_lse``: under selective recompute the fused kernel's log-sum-exp is recomputed too.
@@ -53,6 +54,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..models.transformer import SDPA_GQA
 from .formulas import activation_breakdown, activation_bytes_per_layer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -257,7 +259,7 @@ def known_differences(case: LayerCase, dtype_bytes: int = 2) -> dict:
     if case.activation == "swiglu":
         out["swiglu_product_inputs"] = e * s * b * case.ffn_size / t
     if _fused_attention(case):
-        if case.recompute == "none" and g < a:  # k, v repeated to every query head before the kernel
+        if case.recompute == "none" and g < a and not SDPA_GQA:  # k, v repeated to every query head
             out["gqa_repeated_kv"] = 2 * e * s * b * (a - g) * d / t
         if case.recompute == "selective":
             out["selective_lse"] = -plan.get("softmax_lse", 0.0)
