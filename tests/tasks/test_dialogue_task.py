@@ -72,6 +72,31 @@ def test_knowledge_is_retrieved_and_is_the_kf1_reference(tmp_path):
     assert all("Knowledge:" not in e["prompt"] for e in base)
 
 
+def test_training_knowledge_can_be_chosen_with_the_gold_response(tmp_path):
+    """--train-knowledge response: training prompts show the passage retrieved for the reply itself (what
+    the reply draws on); evaluation prompts still retrieve with the context alone."""
+    data = {f"c{i}": {"messages": [[{"text": "what do you like to eat", "sender": "a"}],
+                                   [{"text": ["i love pizza with cheese", "volcanoes erupt lava"][i % 2], "sender": "b"}]]}
+            for i in range(40)}
+    path = tmp_path / "dataset.json"
+    path.write_text(json.dumps(data))
+    ev = tmp_path / "kb.tsv"
+    ev.write_text("id\ttext\ttitle\n1\tPizza is a dish of bread with cheese\tPizza\n"
+                  "2\tA volcano erupts lava and ash\tVolcano\n3\tPeople like to eat what they know\tFood\n")
+    opts = dict(knowledge=True, evidence=str(ev), held_out_actors=0.0, min_conversations=1, eval_examples=0)
+    task = get_task("dialogue")(train_knowledge="response", **opts)
+    train = task.read(str(path), "train")
+    for e in train:
+        assert e["knowledge_ref"].startswith("Pizza" if "pizza" in e["target"] else "A volcano"), e
+    by_context = get_task("dialogue")(**opts).read(str(path), "train")
+    assert {e["knowledge_ref"] for e in by_context} == {"People like to eat what they know"}
+    dev = task.read(str(path), "dev")
+    assert dev and {e["knowledge_ref"] for e in dev} == {"People like to eat what they know"}
+    from mwb.core.config import ConfigError
+    with pytest.raises(ConfigError, match="context or response"):
+        get_task("dialogue")(train_knowledge="gold")
+
+
 def test_wow_wizard_turns_and_gold_knowledge(tmp_path):
     (tmp_path / "train.json").write_text(json.dumps(WOW))
     (tmp_path / "test_random_split.json").write_text(json.dumps(WOW))

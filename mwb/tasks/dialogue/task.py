@@ -18,6 +18,7 @@ import json
 import os
 import sys
 
+from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 from mwb.evaluation.dialogue_metrics import dialogue_scores
 
@@ -59,6 +60,9 @@ class Dialogue(base.Task):
                "evidence": base.Option(str, None, "Knowledge TSV (id, text, title); default: bundled Wikipedia."),
                "retriever": base.Option(str, "bm25", "Knowledge retriever: bm25 or dpr."),
                "gold_knowledge": base.Option(bool, False, "WoW: show the gold checked sentence (oracle)."),
+               "train_knowledge": base.Option(str, "context", "Training passages retrieved with the context, or "
+                                              "with the gold 'response' (posterior selection: the passage the "
+                                              "reply draws on, as WoW's checked sentence). Evaluation: context."),
                "context_turns": base.Option(int, 3, "Turns of context before the response."),
                "min_conversations": base.Option(int, 5, "chitchat: responders need this many conversations."),
                "held_out_actors": base.Option(float, 0.1, "chitchat: share of actors held out of training."),
@@ -73,8 +77,9 @@ class Dialogue(base.Task):
         self._read: dict = {}
         self.index: dict = {}
         if self.opts["retriever"] not in ("bm25", "dpr"):
-            from mwb.core.config import ConfigError
             raise ConfigError(f"--retriever must be bm25 or dpr, not {self.opts['retriever']!r}")
+        if self.opts["train_knowledge"] not in ("context", "response"):
+            raise ConfigError(f"--train-knowledge must be context or response, not {self.opts['train_knowledge']!r}")
 
     def data_path(self, path):
         return path or dd.chitchat_path()
@@ -106,7 +111,8 @@ class Dialogue(base.Task):
             raise DataError(f"{path}: no dialogue responses in split '{split}'")
         knowledge = None
         if o["knowledge"] and not o["gold_knowledge"]:
-            queries = [ex.query_text(it["context"]) for it in items]
+            by_response = split == self.train_split and o["train_knowledge"] == "response"
+            queries = [it["response"].text if by_response else ex.query_text(it["context"]) for it in items]
             knowledge = ex.retrieve(queries, o["evidence"], o["retriever"], max(o["top_k"], 1))
         refs = o["references"] if o["actors"] else 0
         out = ex.build(items, self.index, refs, knowledge, o["top_k"] if o["knowledge"] else 0,
