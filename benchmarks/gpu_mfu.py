@@ -9,7 +9,7 @@ Parts, each reported on its own (a failure prints its traceback and the script g
    fits, against the device's dense bf16 peak: the one measured here (best ``torch.mm`` of two 8192² bf16
    matrices) and the data-sheet figure (``--peak-tflops``, default 989 for H100/H200 SXM). The micro-batch
    is estimated from one step at micro-batch 1 (peak memory minus what stays allocated = activations per
-   sample), rounded down to a power of two, and halved until a step runs;
+   sample), and lowered by an eighth until a step runs;
 4. mwb with ``train.compile`` (each block through inductor) at that batch, compile time left out;
 5. the same model in ``transformers`` (GPT2LMHeadModel, SDPA, bf16 autocast over fp32 weights, torch's
    fused AdamW: what HF's Trainer runs by default) at the same micro-batch (halved if it does not fit);
@@ -143,8 +143,8 @@ def _peak_of_step(args, batch: int):
 
 def largest_batch(args) -> tuple[int, str]:
     """(micro-batch, how it was found): the activation bytes per sample are the difference of the peak
-    memory at micro-batches 2 and 1 (what does not grow with the batch cancels out), the estimate is
-    rounded down to a power of two, and halved until a step runs."""
+    memory at micro-batches 2 and 1 (what does not grow with the batch cancels out); from the estimate
+    (at most ``--max-batch``) the micro-batch is lowered by an eighth until a step runs."""
     if args.batch or args.device != "cuda":
         return args.batch or 1, "given"
     peaks = {}
@@ -159,19 +159,17 @@ def largest_batch(args) -> tuple[int, str]:
     per_sample = max(peaks[2] - peaks[1], 1)
     fixed = peaks[1] - per_sample
     est = int((0.92 * total - fixed) // per_sample)
-    b = 1
-    while b * 2 <= min(est, args.max_batch):
-        b *= 2
+    b = max(1, min(est, args.max_batch))
     note = (f"peak {peaks[1] / 2**30:.1f} GiB at micro-batch 1 and {peaks[2] / 2**30:.1f} GiB at 2: "
             f"{per_sample / 2**30:.2f} GiB per sample over {fixed / 2**30:.1f} GiB that does not grow, "
-            f"{total / 2**30:.0f} GiB device → estimate {est}, power of two {b}")
+            f"{total / 2**30:.0f} GiB device → estimate {est}")
     while b >= 1:
         trainer = step_ok(args, b)
         if trainer is not None:
             args.trainer = trainer  # reused for the timed run: a 1.3B build is seconds of host-side init
             return b, note
         note += f"; {b} ran out of memory"
-        b //= 2
+        b = min(b - 1, b * 7 // 8)
     raise RuntimeError("no micro-batch fits")
 
 
