@@ -8,7 +8,7 @@ Parts, each reported on its own (a failure prints its traceback and the script g
 3. MFU of a 1.3B GPT (24 × 2048, 16 heads, seq 2048, vocab 50,257) in bf16 at the largest micro-batch that
    fits, against the device's dense bf16 peak: the one measured here (best ``torch.mm`` of two 8192² bf16
    matrices) and the data-sheet figure (``--peak-tflops``, default 989 for H100/H200 SXM). The micro-batch
-   is estimated from one step at micro-batch 1 (peak memory minus what stays allocated = activations per
+   is estimated from the peak memory of steps at micro-batches 1 and 2 (their difference = activations per
    sample), and lowered by an eighth until a step runs;
 4. mwb with ``train.compile`` (each block through inductor) at that batch, compile time left out;
 5. the same model in ``transformers`` (GPT2LMHeadModel, SDPA, bf16 autocast over fp32 weights, torch's
@@ -116,10 +116,10 @@ def _best(fn, reps: int) -> float:
     return best
 
 
-def step_ok(args, batch: int, compile_: bool = False):
+def step_ok(args, batch: int):
     """A trainer at ``batch`` after one step, or None when that step runs out of memory."""
     try:
-        trainer = build(args.shape, None, batch, args.seq, "bf16", compile_, device=args.device)
+        trainer = build(args.shape, None, batch, args.seq, "bf16", False, device=args.device)
         trainer.train_step()
         sync(args.device)
         return trainer
@@ -131,14 +131,18 @@ def step_ok(args, batch: int, compile_: bool = False):
 
 
 def _peak_of_step(args, batch: int):
-    """(trainer after two steps, peak bytes allocated during them), or (None, None) out of memory."""
+    """Peak bytes allocated over two steps at ``batch`` (the trainer is freed after), or None out of memory."""
     torch.cuda.reset_peak_memory_stats()
     trainer = step_ok(args, batch)
     if trainer is None:
-        return None, None
+        return None
     trainer.train_step()
     torch.cuda.synchronize()
-    return trainer, torch.cuda.max_memory_allocated()
+    peak = torch.cuda.max_memory_allocated()
+    del trainer
+    gc.collect()
+    torch.cuda.empty_cache()
+    return peak
 
 
 def largest_batch(args) -> tuple[int, str]:
@@ -149,12 +153,9 @@ def largest_batch(args) -> tuple[int, str]:
         return args.batch or 1, "given"
     peaks = {}
     for b in (1, 2):
-        trainer, peaks[b] = _peak_of_step(args, b)
-        if trainer is None:
+        peaks[b] = _peak_of_step(args, b)
+        if peaks[b] is None:
             raise RuntimeError(f"the model does not fit at micro-batch {b}")
-        del trainer
-        gc.collect()
-        torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
     per_sample = max(peaks[2] - peaks[1], 1)
     fixed = peaks[1] - per_sample
@@ -226,7 +227,6 @@ def hf_rows(args, batch: int, peak: float) -> list:
             return [row]
         except torch.OutOfMemoryError:
             print(f"HF: micro-batch {b} ran out of memory", flush=True)
-            hf = None
             gc.collect()
             torch.cuda.empty_cache()
     return []
