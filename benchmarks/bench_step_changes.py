@@ -8,6 +8,9 @@
                  with no padded column (V = V_pad): the in-place path against ``F.cross_entropy``
   grad-norm      the global gradient norm over the model's flat fp32 gradient buffer: fp32 rows summed in
                  float64 (``sum_of_squares``) against ``vector_norm(buffer, dtype=float64)`` (the step before)
+  rope           rotary embeddings, forward + backward of the query heads at the SmolLM2 shape (9 heads ×
+                 64, seq × batch of the run): the fp32 autograd function (three kernels each way, only the
+                 tables saved) against ``x·cos + cat(-x2, x1)·sin`` (the step before)
   precision      a whole training step in bf16 (fp32 master weights, fp32 gradient buffer) against fp32
   compile        a whole training step with ``train.compile`` against eager (after the compile warm-up)
 
@@ -119,6 +122,24 @@ def bench_grad_norm(args) -> None:
         f"{grads.numel() / 1e6:.1f}M fp32 gradients; relative difference of Σg² {err:.1e}")
 
 
+def bench_rope(args) -> None:
+    from mwb.core.models.transformer import apply_rope, rope_tables
+    heads, d = 9, 64
+    cos, sin = rope_tables(torch.arange(args.seq), d, 100000.0)
+    x = torch.randn(args.batch, args.seq, heads, d).transpose(1, 2).requires_grad_(True)
+    grad = torch.randn(args.batch, heads, args.seq, d)
+
+    def cat_formula():
+        h = d // 2
+        (x * cos + torch.cat([-x[..., h:], x[..., :h]], dim=-1) * sin).backward(grad)
+
+    def function():
+        apply_rope(x, cos, sin).backward(grad)
+    r = best_median({"cat formula": cat_formula, "autograd function": function}, args.reps)
+    row("rotary embedding fwd+bwd (one layer's queries)", "cat formula", "autograd function", r,
+        f"[{args.batch}, {heads}, {args.seq}, {d}] fp32")
+
+
 def bench_step(args, variant: str) -> None:
     base = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
     other = build(args.shape, args.layers, args.batch, args.seq, "bf16" if variant == "precision" else "fp32",
@@ -138,7 +159,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["optimizer", "cross-entropy", "grad-norm", "precision", "compile"])
+                    choices=["optimizer", "cross-entropy", "grad-norm", "rope", "precision", "compile"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {args.shape} width, {args.layers} layers, seq {args.seq} × batch {args.batch}, {args.threads} "
@@ -152,6 +173,8 @@ def main() -> None:
         bench_cross_entropy(args)
     if "grad-norm" not in args.skip:
         bench_grad_norm(args)
+    if "rope" not in args.skip:
+        bench_rope(args)
     for v in ("precision", "compile"):
         if v not in args.skip:
             bench_step(args, v)

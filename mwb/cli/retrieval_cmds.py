@@ -131,7 +131,7 @@ def dpr(data, valid, hard_negatives, **kw):
                "OUT/checkpoints/step_N/{retriever,reader}.")
 @training_options
 @click.option("--retriever", default=None, help="Retriever weights: minilm-l6 (default), a BERT or bi-encoder checkpoint.")
-@click.option("--reader", default=None, help="Reader checkpoint (BERT: extractive, T5: FiD); default per --method.")
+@click.option("--reader", default=None, help="Reader checkpoint (BERT: extractive, T5: FiD, GPT: causal); default per --method.")
 @click.option("--method", type=click.Choice(["individual", "emdr2"]), default="individual", show_default=True)
 @click.option("--top-k", "top_k", type=int, default=4, show_default=True, help="Passages retrieved per question.")
 @click.option("--evidence", default=None, type=click.Path(), help="Evidence TSV (id<TAB>text<TAB>title).")

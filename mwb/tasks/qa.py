@@ -8,9 +8,9 @@ side-by-side table is printed. ``--retriever random`` is the no-retrieval contro
 real DPR questions the bundled evidence can answer (``real_questions.jsonl.gz``; ``--limit N`` for fewer).
 The retrieval system (index, caches) is :mod:`mwb.retrieval.system`.
 
-``--reader C`` (an extractive BERT or FiD T5 reader, :mod:`mwb.retrieval.readers`) also answers every question
-from each retriever's top ``--reader-k`` passages: ``<retriever>_exact_match`` and ``<retriever>_f1`` (SQuAD
-normalisation, best over the gold answers). ``--checkpoint`` naming a joint ``mwb finetune e2e-qa`` run
+``--reader C`` (an extractive BERT, FiD T5 or causal GPT reader, :mod:`mwb.retrieval.readers`) also answers
+every question from each retriever's top ``--reader-k`` passages: ``<retriever>_exact_match`` and
+``<retriever>_f1`` (SQuAD normalisation, best over the gold answers). ``--checkpoint`` naming a joint ``mwb finetune e2e-qa`` run
 evaluates its retriever and, unless ``--reader`` says otherwise, its reader; ``--reader RUN`` takes a joint
 run's reader.
 """
@@ -49,10 +49,10 @@ class QATask(Task):
         "batch_size": Option(int, 64, "passages or questions per forward pass"),
         "query_length": Option(int, None, "question tokens (default: the encoder's)"),
         "context_length": Option(int, None, "passage tokens (default: the encoder's)"),
-        "reader": Option(str, None, "reader checkpoint (extractive BERT or FiD T5, or a joint e2e-qa run): EM/F1"),
+        "reader": Option(str, None, "reader checkpoint (BERT, T5 FiD, GPT, or a joint e2e-qa run): EM/F1"),
         "reader_k": Option(int, 5, "passages the reader reads per question"),
         "reader_length": Option(int, 192, "reader tokens per question + passage"),
-        "answer_length": Option(int, 16, "reader answer tokens (FiD) / longest span (extractive)"),
+        "answer_length": Option(int, 16, "reader answer tokens (FiD, causal) / longest span (extractive)"),
     }
 
     @classmethod

@@ -9,8 +9,9 @@ Default questions: the bundled real DPR questions whose answer the evidence hold
 ``--max-questions`` (500) of them spread evenly over the file. Splits: ``train`` is four questions in five,
 ``dev`` every fifth, ``all`` everything (a file the reader never trained on).
 
-Inputs/objective: the reader of ``--reader`` — extractive (a BERT span reader; default start ``minilm-l6``)
-or fid (T5 Fusion-in-Decoder; start from a T5 such as ``mwb pretrain t5``) — :mod:`mwb.retrieval.readers`,
+Inputs/objective: the reader of ``--reader`` — extractive (a BERT span reader; default start ``minilm-l6``),
+fid (T5 Fusion-in-Decoder; start from a T5 such as ``mwb pretrain t5``) or causal (a decoder-only LM that
+answers after the passages; default start ``smollm2-135m``) — :mod:`mwb.retrieval.readers`,
 trained on the shared trainer by :mod:`mwb.retrieval.readers.training`.
 Metrics: SQuAD exact match and F1 against any gold answer, and how many questions had a gold answer in their
 passages (the reader's ceiling for extractive answers).
@@ -35,7 +36,7 @@ PASSAGES = ("bm25", "random")
 
 @register("qa-reader")
 class QAReader(Task):
-    description = "open-domain QA reader (extractive BERT or T5 FiD) on BM25-retrieved passages: SQuAD EM/F1"
+    description = "open-domain QA reader (extractive BERT, T5 FiD or causal LM) on BM25 passages: SQuAD EM/F1"
     objective = "custom"
     metric = "exact_match"
     default_data = BUNDLED_REAL_QUESTIONS
@@ -43,12 +44,12 @@ class QAReader(Task):
     options = {
         "split": Option(str, None, "train, dev (every fifth question) or all (default: dev)"),
         "batch_size": Option(int, 8, "Questions per forward pass (evaluation)."),
-        "reader": Option(str, "extractive", "extractive (BERT spans) or fid (T5 Fusion-in-Decoder)"),
+        "reader": Option(str, "extractive", "extractive (BERT spans), fid (T5 FiD) or causal (GPT/Llama)"),
         "evidence": Option(str, None, "evidence TSV: id<TAB>text<TAB>title (default: bundled Wikipedia sample)"),
         "top_k": Option(int, 5, "passages per question"),
         "passages": Option(str, "bm25", "bm25 (retrieved) or random (a control)"),
         "reader_length": Option(int, 192, "tokens per question + passage input"),
-        "answer_length": Option(int, 16, "FiD: answer tokens; extractive: longest span (tokens)"),
+        "answer_length": Option(int, 16, "FiD/causal: answer tokens; extractive: longest span (tokens)"),
         "max_questions": Option(int, 500, "questions kept, evenly spread over the file (0: all)"),
     }
 
@@ -73,11 +74,13 @@ class QAReader(Task):
         return True
 
     def base_checkpoint(self, say=print):
-        """Fine-tuning's start when no --checkpoint is given: MiniLM for the extractive reader; for FiD, None
-        (the newest ``mwb pretrain t5`` run, or a tiny one trained first)."""
-        if self.reader == "extractive":
-            say("mwb: no --checkpoint given: the extractive reader starts from minilm-l6 (all-MiniLM-L6-v2)")
-            return "minilm-l6"
+        """Fine-tuning's start when no --checkpoint is given: MiniLM for the extractive reader, SmolLM2-135M for
+        the causal one; for FiD, None (the newest ``mwb pretrain t5`` run, or a tiny one trained first)."""
+        start = {"extractive": ("minilm-l6", "all-MiniLM-L6-v2"), "causal": ("smollm2-135m", "SmolLM2-135M-Instruct")}
+        if self.reader in start:
+            name, what = start[self.reader]
+            say(f"mwb: no --checkpoint given: the {self.reader} reader starts from {name} ({what})")
+            return name
         return None
 
     # --- data ------------------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ import torch.nn.functional as F
 
 from mwb.core.config import RunConfig, update
 from mwb.core.data.bundled import tokenizer_file
-from mwb.core.parallel.state import single_process_state
+from mwb.core.parallel.dims import ParallelDims
+from mwb.core.parallel.state import build_state, single_process_state
 from mwb.core.presets import apply_preset
 from mwb.core.tokenizers import load_tokenizer
 from mwb.retrieval.readers.base import NO_MATCH, Reader, ReaderConfig, answer_char_spans, doc_context
-from mwb.retrieval.readers.loading import build_reader_model, wrap
+from mwb.retrieval.readers.loading import build_reader_model, fill_reader, wrap
+from tests.helpers.distributed import run_ranks
 
 QUESTIONS = ["who wrote hamlet", "where is the louvre"]
 DOCS = [[{"id": "1", "title": "Hamlet", "text": "Hamlet is a tragedy by William Shakespeare. Shakespeare wrote it."},
@@ -30,12 +32,23 @@ def tok():
 
 
 def tiny_reader(kind: str, tok, seed: int = 3, **cfg):
-    preset = "bert-tiny" if kind == "extractive" else "t5-tiny"
+    preset = {"extractive": "bert-tiny", "fid": "t5-tiny", "causal": "llama-tiny"}[kind]
     run = update(apply_preset(RunConfig(), preset), {"model": {"num_layers": 1, "hidden_size": 32,
                                                                "num_attention_heads": 2, "ffn_hidden_size": 64,
                                                                "vocab_size": tok.vocab_size, "dropout": 0.0}})
     model = build_reader_model(kind, run.model, single_process_state(), tok.vocab_size, seed)
-    return wrap(kind, model, tok, ReaderConfig(seq_length=48, answer_length=6, **cfg))
+    return wrap(kind, model, tok, ReaderConfig(**{"seq_length": 48, "answer_length": 6, **cfg}))
+
+
+def overfit(reader, questions, docs, answers, lr: float, steps: int) -> float:
+    """Adam on the reader's own loss for ``steps`` steps; the last loss."""
+    opt = torch.optim.Adam(reader.model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = reader.loss(questions, docs, answers)
+        loss.backward()
+        opt.step()
+    return float(loss.detach())
 
 
 def test_answer_char_spans_word_boundaries_and_case():
@@ -117,13 +130,8 @@ def test_extractive_predict_round_trip_after_overfitting(tok):
     reader = tiny_reader("extractive", tok)
     q, d, a = QUESTIONS[:1], DOCS[:1], [["William Shakespeare"]]
     before = reader.predict(q, d)[0]
-    opt = torch.optim.Adam(reader.model.parameters(), lr=3e-3)
-    for _ in range(40):
-        opt.zero_grad()
-        loss = reader.loss(q, d, a)
-        loss.backward()
-        opt.step()
-    assert math.isfinite(float(loss.detach())) and float(loss.detach()) < 0.5
+    loss = overfit(reader, q, d, a, lr=3e-3, steps=40)
+    assert math.isfinite(loss) and loss < 0.5
     assert before != "William Shakespeare" and reader.predict(q, d)[0] == "William Shakespeare"
 
 
@@ -144,3 +152,91 @@ def test_fid_predict_is_greedy_over_all_documents(tok):
             picked = logits.argmax(-1).tolist()
             assert picked[:len(row)] == row
             assert len(row) == reader.cfg.answer_length or picked[len(row)] == reader.end
+
+
+def _causal_target_logprobs(reader, question, docs, answer):
+    """log p(target tokens) from the model on the unpadded prompt + target, positions from 0."""
+    prompt, target = reader.prompt_ids(question, docs), reader.target_ids([answer])
+    with torch.no_grad():
+        logits = reader.model(torch.tensor([prompt + target]))[0, :, :reader.tokenizer.vocab_size]
+    lp = logits.double().log_softmax(-1)
+    return torch.stack([lp[len(prompt) - 1 + t, tok_] for t, tok_ in enumerate(target)])
+
+
+def test_causal_doc_logprobs_and_loss_are_the_unpadded_model(tok):
+    """Rows of different lengths are left-padded in one batch; every score equals the model on the row alone,
+    and only the answer tokens (+ the newline that ends them) are scored."""
+    reader = tiny_reader("causal", tok, seq_length=40)
+    lp, mask = reader.doc_logprobs(QUESTIONS, DOCS, ANSWERS)
+    for b in range(2):
+        n = len(reader.target_ids(ANSWERS[b]))
+        assert n == len(tok.encode(" " + ANSWERS[b][0])) + len(reader.end) and int(mask[b].sum()) == n
+        on = mask[b].bool()
+        for k in range(2):
+            want = _causal_target_logprobs(reader, QUESTIONS[b], [DOCS[b][k]], ANSWERS[b][0])
+            assert torch.allclose(lp[b, k][on].double(), want, atol=1e-5)
+            assert float(lp[b, k][~on].abs().sum().detach()) == 0.0
+    # the reader's own loss reads all K documents: mean target-token cross-entropy over the batch
+    want = [_causal_target_logprobs(reader, q, d, a[0]) for q, d, a in zip(QUESTIONS, DOCS, ANSWERS)]
+    want = -torch.cat(want).mean()
+    assert float(reader.loss(QUESTIONS, DOCS, ANSWERS).detach()) == pytest.approx(float(want), abs=1e-5)
+
+
+def test_causal_documents_are_cut_to_fit_with_the_question(tok):
+    reader = tiny_reader("causal", tok, seq_length=24)
+    long = [{"title": "Long", "text": " ".join(["word"] * 200)}] * 3
+    q = reader.prompt_ids(QUESTIONS[0], long[:1])
+    assert len(q) == 24 and q[-len(tok.encode("Question: who wrote hamlet")) - 2:] != []
+    assert len(reader.prompt_ids(QUESTIONS[0], long)) <= 3 * 24
+    f = reader.featurize(QUESTIONS[0], long, ["x"])
+    assert f["tokens"].shape == (3 * 24 + 7,) and f["doc_tokens"].shape == (3, 24 + 7)
+
+
+def test_causal_predict_round_trip_after_overfitting(tok):
+    torch.manual_seed(0)
+    reader = tiny_reader("causal", tok, seed=4)
+    q, d, a = QUESTIONS, DOCS, [["William Shakespeare"], ["Paris"]]
+    before = reader.predict(q, d)
+    loss = overfit(reader, q, d, a, lr=1e-2, steps=80)
+    assert math.isfinite(loss) and loss < 0.05
+    assert before != ["William Shakespeare", "Paris"] and reader.predict(q, d) == ["William Shakespeare", "Paris"]
+    assert reader.model.training  # predict restores the training mode
+
+
+def _causal_tp_worker(rank, world, tok):
+    """The one-process tiny causal reader's weights, sharded over TP2: loss, per-document log-probs, the
+    gradient norm of the loss and the greedy answers."""
+    one = tiny_reader("causal", tok, seed=6, seq_length=40)
+    tensors = {k: v[:tok.vocab_size] if k.endswith(("word.weight", "head.weight")) else v
+               for k, v in one.model.state_dict().items()}
+    mc = one.model.cfg
+    model = build_reader_model("causal", mc, build_state(ParallelDims(world_size=world, tp=world)), tok.vocab_size, 6)
+    fill_reader(model, "causal", tensors, tok.vocab_size, mc.tie_embeddings, "test")
+    reader = wrap("causal", model, tok, one.cfg, build_state(ParallelDims(world_size=world, tp=world)))
+    loss = reader.loss(QUESTIONS, DOCS, ANSWERS)
+    loss.backward()
+    sq = {n: (tuple(p.shape), float(p.grad.double().pow(2).sum())) for n, p in model.named_parameters()}
+    lp, mask = reader.doc_logprobs(QUESTIONS, DOCS, ANSWERS)
+    return {"loss": float(loss.detach()), "lp": lp.detach(), "mask": mask, "grad_sq": sq,
+            "predict": reader.predict(QUESTIONS, DOCS)}
+
+
+@pytest.mark.multiprocess
+def test_causal_reader_tp2_equals_one_process(tok):
+    one = tiny_reader("causal", tok, seed=6, seq_length=40)
+    loss = one.loss(QUESTIONS, DOCS, ANSWERS)
+    loss.backward()
+    lp, mask = one.doc_logprobs(QUESTIONS, DOCS, ANSWERS)
+    ranks = run_ranks(_causal_tp_worker, 2, tok, timeout_s=300)
+    for r in ranks:
+        assert r["loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+        torch.testing.assert_close(r["lp"], lp.detach(), rtol=1e-5, atol=1e-5)
+        assert torch.equal(r["mask"], mask) and r["predict"] == one.predict(QUESTIONS, DOCS)
+    # a replicated parameter (same shape as one process's) holds the whole gradient on each rank; a split one
+    # holds its shard's, so the shards' squared norms add up to the one-process one
+    for name, p in one.model.named_parameters():
+        if name.endswith("head.weight") and one.model.cfg.tie_embeddings:
+            continue
+        shards = [r["grad_sq"][name] for r in ranks]
+        got = shards[0][1] if shards[0][0] == tuple(p.shape) else sum(g for _, g in shards)
+        assert got == pytest.approx(float(p.grad.double().pow(2).sum()), rel=1e-4), name

@@ -1,6 +1,7 @@
 """``mwb finetune qa-reader`` and ``mwb eval qa --reader`` end to end on an evidence TSV and a question file
-written here (DPR's formats), with a tiny BERT: the run trains and scores, and ``eval qa``'s EM/F1 equal the
-SQuAD scores of the reader's own predictions on the BM25 passages; a joint run's layout resolves."""
+written here (DPR's formats), with tiny models: the run trains and scores, and ``eval qa``'s EM/F1 equal the
+SQuAD scores of the reader's own predictions on the BM25 passages (extractive BERT, FiD T5, causal Llama);
+a joint run's layout resolves."""
 import json
 import os
 
@@ -42,12 +43,15 @@ def files(tmp_path_factory):
     return d, str(ev), str(qs)
 
 
-@pytest.mark.parametrize("kind", ["extractive", "fid"])
+@pytest.mark.parametrize("kind", ["extractive", "fid", "causal"])
 def test_finetune_reader_then_eval_qa_with_reader(files, capsys, kind):
     d, ev, qs = files
     if kind == "extractive":
         base = tiny_checkpoint(str(d / kind), "bert-tiny", seq=64, num_layers=1, hidden_size=32,
                                num_attention_heads=2, max_position_embeddings=64)
+    elif kind == "causal":
+        base = tiny_checkpoint(str(d / kind), "llama-tiny", seq=64, num_layers=1, hidden_size=32,
+                               num_attention_heads=2, num_query_groups=1)
     else:
         base = tiny_checkpoint(str(d / kind), "t5-tiny", seq=64, num_layers=1, num_decoder_layers=1, hidden_size=32,
                                num_attention_heads=2)
@@ -78,7 +82,7 @@ def test_finetune_reader_then_eval_qa_with_reader(files, capsys, kind):
     assert metrics["bm25_exact_match"] == pytest.approx(want["exact_match"])
     assert metrics["bm25_f1"] == pytest.approx(want["f1"])
     assert set(metrics) >= {"bm25_top1", "bm25_top2", "num_questions"} and metrics["num_questions"] == 10
-    if kind == "fid":
+    if kind != "extractive":
         return
 
     code, _, err = run_cli(["eval", "qa", "--retriever", "bm25", "--reader", str(d / "missing"), "--evidence", ev,

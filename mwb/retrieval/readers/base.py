@@ -21,8 +21,9 @@ A reader wraps a model (an ``nn.Module``, possibly tensor-parallel) and its toke
 ``predict(questions, docs)``        answer strings (FiD: greedy decoding over all K; extractive: the best-scoring
                                     span over the K documents)
 
-``docs[i][k] = {"id", "title", "text"}``; ``answers[i]`` lists gold answers, the first one the generative
-target. Every question must have the same number K of documents.
+``docs[i][k] = {"id", "title", "text"}``; ``answers[i]`` lists gold answers; the generative readers' target
+is :func:`target_answer` (the first one the documents hold, else the first). Every question must have the
+same number K of documents.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from torch import Tensor
 from mwb.core.config import ConfigError
 
 NO_MATCH = -1.0e4  # log-probability of an answer a document cannot produce (finite: keeps logsumexp grads finite)
-KINDS = ("extractive", "fid")
+KINDS = ("extractive", "fid", "causal")
 
 
 @runtime_checkable
@@ -104,6 +105,16 @@ def doc_context(doc: dict) -> str:
     title = (doc.get("title") or "").strip()
     text = (doc.get("text") or "").strip()
     return f"{title}. {text}" if title else text
+
+
+def target_answer(answers: Sequence[str], docs: Sequence[dict]) -> str:
+    """The answer a generative reader is trained to write: the first gold answer that one of the documents
+    holds (what it can read there), else the first. DPR's TriviaQA lists put aliases such as "K (element)"
+    before the name the passages use ("Potassium"); training on those would teach the alias, not reading."""
+    for a in answers:
+        if any(answer_char_spans(doc_context(d), [a]) for d in docs):
+            return a
+    return answers[0] if answers else ""
 
 
 def answer_char_spans(context: str, answers: Sequence[str]) -> list[tuple[int, int]]:

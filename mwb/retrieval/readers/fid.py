@@ -7,7 +7,7 @@ concatenating encoder outputs changes nothing inside each document's encoding. D
 target ``a + [end]`` — the start/end tokens of mwb's T5 data (:func:`mwb.core.data.t5.end_and_start_ids`),
 so a T5 from ``mwb pretrain t5`` decodes from what it saw.
 
-``loss``          mean token cross-entropy of the first gold answer, decoder over all K documents
+``loss``          mean token cross-entropy of the target answer, decoder over all K documents
 ``doc_logprobs``  log p(a_t | q, z_k, a_<t): the same decoder attending to document k's encoding alone
                   (rows B·K), ``mask`` marks the target tokens (answer + end token)
 ``predict``       greedy decoding over all K documents (KV cache), up to ``answer_length`` tokens
@@ -25,7 +25,7 @@ from mwb.core.models.transformer import KVCache
 from mwb.core.training.batches import collate
 from mwb.evaluation.lm import full_vocab_logits
 
-from .base import BatchedReader, ReaderConfig, check_batch
+from .base import BatchedReader, ReaderConfig, check_batch, target_answer
 
 
 def fid_source(question: str, doc: dict) -> str:
@@ -50,14 +50,15 @@ class FiDReader(BatchedReader):
     # ------------------------------------------------------------------------------------------ inputs
     def featurize(self, question: str, docs: Sequence[dict], answers: Sequence[str] = ()) -> dict:
         """``enc_tokens``/``enc_mask [K, L]``, ``dec_tokens``/``labels``/``label_mask [T]`` (T =
-        ``answer_length + 1``; the target is the first answer, empty without answers)."""
+        ``answer_length + 1``; the target is :func:`.base.target_answer`, empty without answers)."""
         L, T = self.cfg.seq_length, self.cfg.answer_length + 1
         enc = np.full((len(docs), L), self.pad, dtype=np.int64)
         enc_mask = np.zeros((len(docs), L), dtype=np.int64)
         for k, d in enumerate(docs):
             ids = list(self.tokenizer.encode(fid_source(question, d)))[: L - 1] + [self.end]
             enc[k, :len(ids)], enc_mask[k, :len(ids)] = ids, 1
-        target = list(self.tokenizer.encode(answers[0]))[: T - 1] + [self.end] if answers else [self.end]
+        answer = target_answer(answers, docs)
+        target = list(self.tokenizer.encode(answer))[: T - 1] + [self.end] if answers else [self.end]
         dec = np.full(T, self.pad, dtype=np.int64)
         labels = np.full(T, -100, dtype=np.int64)
         dec[: len(target)] = [self.start] + target[:-1]

@@ -1,9 +1,10 @@
 """Building and loading readers: which reader a checkpoint is, and its weights in any tensor-parallel layout.
 
-A BERT checkpoint is an extractive reader and a T5 checkpoint a FiD reader. A trained reader (``mwb finetune
+A BERT checkpoint is an extractive reader, a T5 checkpoint a FiD reader and a GPT checkpoint (``smollm2-135m``)
+a causal reader. A trained reader (``mwb finetune
 qa-reader``, a joint ``e2e-qa`` run's ``reader``, or a ``mwb finetune squad`` checkpoint, whose parameter
 names match) loads whole; a pretrained BERT (``minilm-l6``, ``mwb pretrain bert``) gives the encoder and the
-span head starts from its seeded initial value; a pretrained T5 is already a complete FiD reader.
+span head starts from its seeded initial value; a pretrained T5 or GPT is already a complete reader.
 """
 from __future__ import annotations
 
@@ -18,15 +19,17 @@ from mwb.core.parallel.state import single_process_state
 from mwb.core.tokenizers import load_tokenizer
 
 from .base import KINDS, ReaderConfig
+from .causal import CausalReader
 from .extractive import ExtractiveReader, build_span_model
 from .fid import FiDReader
 
-KIND_OF_ARCH = {"bert": "extractive", "t5": "fid"}
+KIND_OF_ARCH = {"bert": "extractive", "t5": "fid", "gpt": "causal"}
 
 
 def reader_kind(arch: str, where: str = "the checkpoint") -> str:
     if arch not in KIND_OF_ARCH:
-        raise ConfigError(f"{where} holds a '{arch}' model; a reader is a BERT (extractive) or a T5 (FiD)")
+        raise ConfigError(f"{where} holds a '{arch}' model; a reader is a BERT (extractive), a T5 (FiD) "
+                          f"or a GPT (causal)")
     return KIND_OF_ARCH[arch]
 
 
@@ -56,7 +59,9 @@ def fill_reader(model, kind: str, tensors: dict, vocab: int, tied: bool, source:
 
 
 def wrap(kind: str, model, tokenizer, cfg: ReaderConfig, state=None):
-    return ExtractiveReader(model, tokenizer, cfg) if kind == "extractive" else FiDReader(model, tokenizer, cfg, state)
+    if kind == "extractive":
+        return ExtractiveReader(model, tokenizer, cfg)
+    return (FiDReader if kind == "fid" else CausalReader)(model, tokenizer, cfg, state)
 
 
 def load_reader(path: str, device="cpu", cfg: ReaderConfig = ReaderConfig(), tokenizer: Optional[str] = None):

@@ -4,9 +4,9 @@ the fine-tuning runner (:mod:`mwb.tasks.finetune`), like the encoder and generat
 The runner calls ``featurize`` (examples → fixed-shape numpy samples, one per question with its K passages),
 ``make_spec`` (a :class:`ReaderSpec`: the reader model for this rank with the pretrained weights copied in,
 and the reader's own loss as the trainer's ``(Σ loss, count)`` pair — questions for the extractive reader,
-answer tokens for FiD — so every data-parallel layout reduces to the one-process loss) and
+answer tokens for FiD and causal — so every data-parallel layout reduces to the one-process loss) and
 ``dev_predictions`` (answers of the model being trained, scored by the task's EM/F1 after every epoch).
-A task using it exposes ``reader`` (extractive | fid) and ``reader_config`` (:class:`.base.ReaderConfig`).
+A task using it exposes ``reader`` (extractive | fid | causal) and ``reader_config`` (:class:`.base.ReaderConfig`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from mwb.core.training.spec import ModelSpec
 from .base import doc_context
 from .loading import build_reader_model, fill_reader, wrap
 
-ARCH_OF_KIND = {"extractive": "bert", "t5": "t5", "fid": "t5"}
+ARCH_OF_KIND = {"extractive": "bert", "t5": "t5", "fid": "t5", "causal": "gpt"}
 
 
 def arches(task) -> tuple[str, ...]:
@@ -60,7 +60,7 @@ class ReaderSpec(ModelSpec):
         return self.reader(model).loss_terms(batch)
 
     def tokens_in(self, batch):
-        key = "tokens" if self.kind == "extractive" else "enc_tokens"
+        key = "enc_tokens" if self.kind == "fid" else "tokens"
         return batch[key].numel()
 
     def nominal_count(self, micro_batch: int, seq_length: int) -> float:
