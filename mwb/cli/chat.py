@@ -16,8 +16,9 @@ HELP = ("commands: /knowledge shows the passages retrieved for the last turn, /r
 @click.option("--checkpoint", default="smollm2-135m", show_default=True,
               help="GPT checkpoint, run directory, Hugging Face directory or named model.")
 @click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
-@click.option("--knowledge", default=None, help="Passages TSV (id<TAB>text<TAB>title) or 'bundled' (the bundled "
-                                                "Wikipedia sample), searched with BM25 every turn.")
+@click.option("--knowledge", default=None, help="Passages TSV (id<TAB>text<TAB>title), 'bundled' (the bundled "
+                                                "Wikipedia sample) or 'wordnet' (WordNet glosses), searched with "
+                                                "BM25 every turn.")
 @click.option("--actor", default=None, help="Chitchat actor id: condition replies on that actor's utterances.")
 @click.option("--references", type=click.IntRange(min=1), default=5, show_default=True,
               help="Reference utterances of --actor.")

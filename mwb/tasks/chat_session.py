@@ -26,10 +26,11 @@ from mwb.core.config import ConfigError
 from mwb.evaluation.chat_format import ChatFormat
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.retrieval.bm25 import BM25Retriever
-from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
+from mwb.retrieval.text import read_evidence
 
 from .dialogue import data as dialogue_data
 from .dialogue.examples import render_prompt
+from .knowledge_sources import knowledge_path
 
 DEFAULT_SYSTEM = "You are a friendly conversational partner. Reply in one or two sentences."
 
@@ -51,10 +52,11 @@ class ChatSettings:
 
 
 class KnowledgeBase:
-    """A passages TSV (DPR's ``id<TAB>text<TAB>title``) or the bundled Wikipedia sample, searched with BM25."""
+    """A passages TSV (DPR's ``id<TAB>text<TAB>title``) or a named source (:mod:`.knowledge_sources`:
+    the bundled Wikipedia sample, WordNet glosses), searched with BM25."""
 
     def __init__(self, source: str) -> None:
-        self.path = BUNDLED_EVIDENCE if source == "bundled" else source
+        self.path = knowledge_path(source)
         self.evidence = read_evidence(self.path)
         if not len(self.evidence):
             raise ConfigError(f"--knowledge {source}: no passages in {self.path}")

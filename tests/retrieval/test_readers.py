@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mwb.core.config import RunConfig, update
+from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.data.bundled import tokenizer_file
 from mwb.core.parallel.dims import ParallelDims
 from mwb.core.parallel.state import build_state, single_process_state
@@ -190,6 +190,16 @@ def test_causal_documents_are_cut_to_fit_with_the_question(tok):
     assert len(reader.prompt_ids(QUESTIONS[0], long)) <= 3 * 24
     f = reader.featurize(QUESTIONS[0], long, ["x"])
     assert f["tokens"].shape == (3 * 24 + 7,) and f["doc_tokens"].shape == (3, 24 + 7)
+
+
+def test_causal_reader_too_long_for_learned_positions_is_a_config_error(tok):
+    run = update(apply_preset(RunConfig(), "gpt-tiny"), {"model": {"num_layers": 1, "hidden_size": 32,
+                                                                  "num_attention_heads": 2,
+                                                                  "max_position_embeddings": 32}})
+    model = build_reader_model("causal", run.model, single_process_state(), tok.vocab_size, 0)
+    reader = wrap("causal", model, tok, ReaderConfig(seq_length=40, answer_length=4))
+    with pytest.raises(ConfigError, match="32 positions"):
+        reader.loss(QUESTIONS, DOCS, ANSWERS)
 
 
 def test_causal_predict_round_trip_after_overfitting(tok):

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from mwb.core.config import ConfigError
 from mwb.core.training.batches import collate
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.lm import LanguageModel
@@ -78,7 +79,8 @@ class CausalReader(BatchedReader):
         if not answers:
             return []
         answer = target_answer(answers, docs).strip()
-        return list(self.tokenizer.encode(" " + answer))[: self.cfg.answer_length] + self.end
+        room = max(1, self.cfg.answer_length + 1 - len(self.end))  # answer + end fit the T target positions
+        return list(self.tokenizer.encode(" " + answer))[:room] + self.end
 
     def row(self, prompt: list[int], target: list[int], length: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, real)`` of one left-padded row of ``length`` tokens: prompt + target."""
@@ -113,6 +115,12 @@ class CausalReader(BatchedReader):
     def last_logits(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Logits of the last ``keep`` positions (vocab-parallel under TP), rows left-padded."""
         positions = (real.cumsum(-1) - 1).clamp(min=0)
+        cfg = getattr(self.model, "cfg", None)
+        learned = cfg is not None and cfg.position_embedding == "learned"
+        if learned and int(positions.max()) >= cfg.max_position_embeddings:
+            raise ConfigError(f"a reader input has {int(positions.max()) + 1} tokens but the model has "
+                              f"{cfg.max_position_embeddings} positions: lower --reader-length or the documents per "
+                              f"question")
         mask = real if bool((real == 0).any()) else None
         return self.model(tokens, position_ids=positions, attention_mask=mask, logits_to_keep=self.keep)
 

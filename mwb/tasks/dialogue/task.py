@@ -23,6 +23,7 @@ from mwb.core.errors import DataError
 from mwb.evaluation.dialogue_metrics import dialogue_scores
 
 from .. import base
+from ..knowledge_sources import knowledge_path
 from ..registry import register
 from . import data as dd
 from . import examples as ex
@@ -57,7 +58,8 @@ class Dialogue(base.Task):
                "knowledge": base.Option(bool, False, "Condition on passages retrieved for the context."),
                "references": base.Option(int, 3, "Reference utterances per example with --actors (0: none)."),
                "top_k": base.Option(int, 1, "Retrieved passages in the prompt with --knowledge (0: none)."),
-               "evidence": base.Option(str, None, "Knowledge TSV (id, text, title); default: bundled Wikipedia."),
+               "evidence": base.Option(str, None, "Knowledge TSV (id, text, title), 'wordnet' (WordNet glosses) or "
+                                                   "'bundled' (Wikipedia sample, the default)."),
                "retriever": base.Option(str, "bm25", "Knowledge retriever: bm25 or dpr."),
                "gold_knowledge": base.Option(bool, False, "WoW: show the gold checked sentence (oracle)."),
                "train_knowledge": base.Option(str, "context", "Training passages retrieved with the context, or "
@@ -113,7 +115,7 @@ class Dialogue(base.Task):
         if o["knowledge"] and not o["gold_knowledge"]:
             by_response = split == self.train_split and o["train_knowledge"] == "response"
             queries = [it["response"].text if by_response else ex.query_text(it["context"]) for it in items]
-            knowledge = ex.retrieve(queries, o["evidence"], o["retriever"], max(o["top_k"], 1))
+            knowledge = ex.retrieve(queries, knowledge_path(o["evidence"]), o["retriever"], max(o["top_k"], 1))
         refs = o["references"] if o["actors"] else 0
         out = ex.build(items, self.index, refs, knowledge, o["top_k"] if o["knowledge"] else 0,
                        o["gold_knowledge"])
