@@ -8,6 +8,9 @@
                  with no padded column (V = V_pad): the in-place path against ``F.cross_entropy``
   grad-norm      the global gradient norm over the model's flat fp32 gradient buffer: fp32 rows summed in
                  float64 (``sum_of_squares``) against ``vector_norm(buffer, dtype=float64)`` (the step before)
+  grad-buffer    the flat gradient buffer's first accumulation of a step: each parameter's gradient copied
+                 into its stale slice (lazy zeroing) against ``zero_()`` of the whole buffer then ``add_``
+                 per parameter (the step before); the model's own parameter shapes
   rope           rotary embeddings, forward + backward of the query heads at the SmolLM2 shape (9 heads ×
                  64, seq × batch of the run): the fp32 autograd function (three kernels each way, only the
                  tables saved) against ``x·cos + cat(-x2, x1)·sin`` (the step before)
@@ -122,6 +125,24 @@ def bench_grad_norm(args) -> None:
         f"{grads.numel() / 1e6:.1f}M fp32 gradients; relative difference of Σg² {err:.1e}")
 
 
+def bench_grad_buffer(args) -> None:
+    trainer = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
+    buf = trainer.optimizer.buffers[0]
+    grads = [(s.param.main_grad, torch.randn_like(s.param)) for s in buf.slots]
+
+    def zero_then_add():
+        buf.grads.zero_()
+        for main, g in grads:
+            main.add_(g)
+
+    def copy_first():
+        for main, g in grads:
+            main.copy_(g)
+    r = best_median({"zero + add": zero_then_add, "copy into stale": copy_first}, args.reps)
+    row("gradient buffer, first accumulation of a step", "zero + add", "copy into stale", r,
+        f"{buf.numel / 1e6:.1f}M fp32 gradients, {len(grads)} parameters")
+
+
 def bench_rope(args) -> None:
     from mwb.core.models.transformer import apply_rope, rope_tables
     heads, d = 9, 64
@@ -159,7 +180,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["optimizer", "cross-entropy", "grad-norm", "rope", "precision", "compile"])
+                    choices=["optimizer", "cross-entropy", "grad-norm", "grad-buffer", "rope", "precision",
+                             "compile"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {args.shape} width, {args.layers} layers, seq {args.seq} × batch {args.batch}, {args.threads} "
@@ -173,6 +195,8 @@ def main() -> None:
         bench_cross_entropy(args)
     if "grad-norm" not in args.skip:
         bench_grad_norm(args)
+    if "grad-buffer" not in args.skip:
+        bench_grad_buffer(args)
     if "rope" not in args.skip:
         bench_rope(args)
     for v in ("precision", "compile"):

@@ -303,6 +303,8 @@ class DistributedOptimizer:
     @torch.no_grad()
     def reduce_gradients(self) -> None:
         """Steps 1–3: after this, each piece's ``grad`` holds the summed gradient it owns."""
+        for buf in self.buffers:
+            buf.finish()  # zero what no gradient reached before any reduction reads the buffers
         self._reduce_sequence_parallel()
         self._reduce_embedding()
         self._reduce_stage_copies()
