@@ -14,6 +14,8 @@
   rope           rotary embeddings, forward + backward of the query heads at the SmolLM2 shape (9 heads ×
                  64, seq × batch of the run): the fp32 autograd function (three kernels each way, only the
                  tables saved) against ``x·cos + cat(-x2, x1)·sin`` (the step before)
+  rmsnorm        RMSNorm forward + backward at the SmolLM2 width (576, seq × batch of the run): the fp32
+                 autograd function (five passes, x̂ and 1/rms saved) against ``nn.RMSNorm`` (the step before)
   precision      a whole training step in bf16 (fp32 master weights, fp32 gradient buffer) against fp32
   compile        a whole training step with ``train.compile`` against eager (after the compile warm-up)
 
@@ -161,6 +163,16 @@ def bench_rope(args) -> None:
         f"[{args.batch}, {heads}, {args.seq}, {d}] fp32")
 
 
+def bench_rmsnorm(args) -> None:
+    from mwb.core.models.fused import RMSNorm
+    ours, ref = RMSNorm(576, eps=1e-5), torch.nn.RMSNorm(576, eps=1e-5)
+    x = torch.randn(args.batch, args.seq, 576).requires_grad_(True)
+    grad = torch.randn(args.batch, args.seq, 576)
+    r = best_median({"nn.RMSNorm": lambda: ref(x).backward(grad), "autograd function": lambda: ours(x).backward(grad)},
+                    args.reps)
+    row("RMSNorm fwd+bwd (one norm)", "nn.RMSNorm", "autograd function", r, f"[{args.batch}, {args.seq}, 576] fp32")
+
+
 def bench_step(args, variant: str) -> None:
     base = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
     other = build(args.shape, args.layers, args.batch, args.seq, "bf16" if variant == "precision" else "fp32",
@@ -180,8 +192,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["optimizer", "cross-entropy", "grad-norm", "grad-buffer", "rope", "precision",
-                             "compile"])
+                    choices=["optimizer", "cross-entropy", "grad-norm", "grad-buffer", "rope", "rmsnorm",
+                             "precision", "compile"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {args.shape} width, {args.layers} layers, seq {args.seq} × batch {args.batch}, {args.threads} "
@@ -199,6 +211,8 @@ def main() -> None:
         bench_grad_buffer(args)
     if "rope" not in args.skip:
         bench_rope(args)
+    if "rmsnorm" not in args.skip:
+        bench_rmsnorm(args)
     for v in ("precision", "compile"):
         if v not in args.skip:
             bench_step(args, v)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .fused import RMSNorm, rotary_fp32
 from .loss import blocked_cross_entropy
 from .mlp import MLP
 from .moe import MoELayer
@@ -29,7 +30,7 @@ SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 def make_norm(cfg: ModelConfig, size: Optional[int] = None) -> nn.Module:
     size = size or cfg.hidden_size
     if cfg.normalization == "rmsnorm":
-        return nn.RMSNorm(size, eps=cfg.norm_eps)
+        return RMSNorm(size, eps=cfg.norm_eps)
     if cfg.normalization == "layernorm":
         return nn.LayerNorm(size, eps=cfg.norm_eps)
     raise ValueError(f"unknown normalization '{cfg.normalization}' (layernorm | rmsnorm)")
@@ -46,39 +47,13 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[t
     return emb.cos(), emb.sin()
 
 
-class _RotaryFp32(torch.autograd.Function):
-    """x·cos + rotate_half(x)·sin for fp32 ``x``, in three kernels and one allocation each way.
-
-    Why: written with ``cat``/``neg`` it makes four full temporaries and autograd saves two of them; on a CPU
-    those fresh allocations and passes over memory cost more than the multiplies (a few % of a Llama-shape
-    step). Backward is the transposed rotation, g·cos + rotate_halfᵀ(g·sin), and saves only the tables."""
-
-    @staticmethod
-    def forward(ctx, x, cos, sin):
-        ctx.save_for_backward(cos, sin)
-        h = x.size(-1) // 2
-        out = x * cos
-        out[..., :h].addcmul_(x[..., h:], sin[..., :h], value=-1.0)
-        out[..., h:].addcmul_(x[..., :h], sin[..., h:])
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        cos, sin = ctx.saved_tensors
-        h = g.size(-1) // 2
-        grad = g * cos
-        grad[..., :h].addcmul_(g[..., h:], sin[..., h:])
-        grad[..., h:].addcmul_(g[..., :h], sin[..., :h], value=-1.0)
-        return grad, None, None
-
-
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x``: ``[b, heads, s, d]``; cos/sin: ``[s, d]`` or ``[b, s, d]``. fp32 takes :class:`_RotaryFp32`;
+    """``x``: ``[b, heads, s, d]``; cos/sin: ``[s, d]`` or ``[b, s, d]``. fp32 takes :func:`.fused.rotary_fp32`;
     other dtypes rotate in fp32 and cast back."""
     if cos.dim() == 3:
         cos, sin = cos[:, None], sin[:, None]
     if x.dtype == torch.float32 and cos.dtype == torch.float32:
-        return _RotaryFp32.apply(x, cos, sin)
+        return rotary_fp32(x, cos, sin)
     half = x.size(-1) // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return (x.float() * cos + rotated.float() * sin).to(x.dtype)
