@@ -13,9 +13,11 @@ from mwb.core.tokenizers import load_tokenizer
 TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "mwb", "data", "corpus", "tokenizer.json")
 
 
-def tiny_checkpoint(directory: str, preset: str, seq: int = 128, seed: int = 11, **model) -> str:
-    """``preset`` (e.g. ``gpt-tiny``) with ``model`` overrides, written as an mwb checkpoint in ``directory``."""
-    tok = load_tokenizer(TOKENIZER)
+def tiny_checkpoint(directory: str, preset: str, seq: int = 128, seed: int = 11, tokenizer: str = TOKENIZER,
+                    **model) -> str:
+    """``preset`` (e.g. ``gpt-tiny``) with ``model`` overrides, written as an mwb checkpoint in ``directory``
+    with ``tokenizer`` (default: the bundled one)."""
+    tok = load_tokenizer(tokenizer)
     cfg = update(apply_preset(RunConfig(), preset),
                  {"model": {"dropout": 0.0, "vocab_size": tok.vocab_size, **model}, "train": {"seq_length": seq}})
     net = build_model(cfg.model, single_process_state(), tok.vocab_size, seed=seed)
@@ -24,5 +26,5 @@ def tiny_checkpoint(directory: str, preset: str, seq: int = 128, seed: int = 11,
         if k.endswith("head.weight") and cfg.model.tie_embeddings:
             continue  # the tied head is the word embedding
         tensors[k] = v[: tok.vocab_size] if k.endswith(("word.weight", "head.weight")) else v
-    write_model_checkpoint(directory, cfg, tok.vocab_size, tensors, extra_files={"tokenizer": TOKENIZER})
+    write_model_checkpoint(directory, cfg, tok.vocab_size, tensors, extra_files={"tokenizer": tokenizer})
     return directory

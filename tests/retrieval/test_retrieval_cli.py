@@ -124,6 +124,32 @@ def test_finetune_e2e_qa_emdr2_writes_versions_parts_and_results(files, capsys, 
     assert load_reader(os.path.join(step, "reader")).kind == "fid"
 
 
+def test_e2e_qa_with_a_causal_reader_on_the_retrievers_vocabulary(files, capsys, tmp_path):
+    from mwb.retrieval.readers.loading import load_reader
+    from tests.helpers.checkpoints import tiny_checkpoint
+    dpr = str(tmp_path / "dpr")
+    code, _, err = _run(["finetune", "dpr", "--data", files["dpr"], "--tokenizer", files["tok"], "--steps", "1",
+                         "--out", dpr, *TINY], capsys)
+    assert code == 0, err
+    shape = {"num_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "num_query_groups": 1}
+    untied = tiny_checkpoint(str(tmp_path / "untied"), "llama-tiny", seq=64, tokenizer=files["tok"], **shape)
+    code, _, err = _run(["finetune", "e2e-qa", "--retriever", dpr, "--reader", untied, "--evidence", files["ev"],
+                         "--questions", files["q"], "--out", str(tmp_path / "x")], capsys)
+    assert code in (1, 2) and "one tying rule" in err and len(err.strip().splitlines()) == 1
+    gpt = tiny_checkpoint(str(tmp_path / "gpt"), "llama-tiny", seq=64, tokenizer=files["tok"], tie_embeddings=True,
+                          **shape)
+    out = str(tmp_path / "e2e")
+    code, _, err = _run(["finetune", "e2e-qa", "--retriever", dpr, "--reader", gpt, "--method", "emdr2",
+                         "--evidence", files["ev"], "--questions", files["q"], "--steps", "2", "--refresh-every", "1",
+                         "--top-k", "2", "--seq-length", "24", "--reader-length", "32", "--micro-batch-size", "2",
+                         "--global-batch-size", "2", "--out", out], capsys)
+    assert code == 0, err
+    assert "causal reader" in err
+    m = json.load(open(os.path.join(out, "results.json")))["metrics"]
+    assert {"em", "em_random", "em_before"} <= set(m)
+    assert load_reader(os.path.join(out, "checkpoints", "step_2", "reader")).kind == "causal"
+
+
 def test_e2e_qa_bad_layout_is_one_line(files, capsys, tmp_path):
     code, _, err = _run(["finetune", "e2e-qa", "--retriever", "no/such/dir", "--out", str(tmp_path / "x")], capsys)
     assert code in (1, 2) and "Traceback" not in err and len(err.strip().splitlines()) == 1

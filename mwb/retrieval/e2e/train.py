@@ -182,6 +182,9 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
     if model_tree["vocab_size"] != source.vocab_size:
         raise ConfigError(f"the reader's vocabulary ({model_tree['vocab_size']}) differs from the retriever's "
                           f"({source.vocab_size}): joint training reads both with the retriever's tokenizer")
+    if model_tree["tie_embeddings"] != cfg.model.tie_embeddings:  # one rule names both parts' output heads
+        raise ConfigError(f"the reader has tie_embeddings={model_tree['tie_embeddings']} and the retriever "
+                          f"{cfg.model.tie_embeddings}: joint checkpoints store one tying rule for both")
     length = min(reader_length, model_tree["max_position_embeddings"])
     plan = E2EPlan(os.path.abspath(source.path), os.path.abspath(reader) if reader else None, kind, model_tree,
                    dataclasses.asdict(ReaderConfig(seq_length=length)), method, top_k,
