@@ -13,6 +13,8 @@ Inputs/objective: the reader of ``--reader`` — extractive (a BERT span reader;
 fid (T5 Fusion-in-Decoder; start from a T5 such as ``mwb pretrain t5``) or causal (a decoder-only LM that
 answers after the passages; default start ``smollm2-135m``) — :mod:`mwb.retrieval.readers`,
 trained on the shared trainer by :mod:`mwb.retrieval.readers.training`.
+``--answerable-only`` trains only on questions whose passages hold a gold answer, as DPR trains its reader
+(a generative reader trained on the others learns to answer from its own weights, not from the passages).
 Metrics: SQuAD exact match and F1 against any gold answer, and how many questions had a gold answer in their
 passages (the reader's ceiling for extractive answers).
 """
@@ -51,6 +53,8 @@ class QAReader(Task):
         "reader_length": Option(int, 192, "tokens per question + passage input"),
         "answer_length": Option(int, 16, "FiD/causal: answer tokens; extractive: longest span (tokens)"),
         "max_questions": Option(int, 500, "questions kept, evenly spread over the file (0: all)"),
+        "answerable_only": Option(bool, False, "train only on questions whose passages hold a gold answer "
+                                               "(DPR's reader training; dev and evaluation keep every question)"),
     }
 
     def __init__(self, **opts) -> None:
@@ -105,9 +109,12 @@ class QAReader(Task):
             qs = [q for i, q in enumerate(qs) if (i % 5 == 4) == (split == "dev")]
         ev = self.evidence()
         rows = self.passages_for([q["question"] for q in qs])
-        return [{"question": q["question"], "answers": list(q["answers"]),
-                 "docs": [{"id": ev.ids[r], "title": ev.titles[r], "text": ev.texts[r]} for r in rs]}
-                for q, rs in zip(qs, rows)]
+        out = [{"question": q["question"], "answers": list(q["answers"]),
+                "docs": [{"id": ev.ids[r], "title": ev.titles[r], "text": ev.texts[r]} for r in rs]}
+               for q, rs in zip(qs, rows)]
+        if split == "train" and self.opts["answerable_only"]:
+            out = [e for e in out if any(answer_char_spans(doc_context(d), e["answers"]) for d in e["docs"])]
+        return out
 
     # --- metrics ---------------------------------------------------------------------------------------
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:

@@ -99,3 +99,17 @@ def test_joint_run_layout(tmp_path):
     (tmp_path / "run" / "checkpoints" / "best").write_text("step_7\n")
     assert joint_run_parts(str(tmp_path / "run")) == (str(step / "retriever"), str(step / "reader"))
     assert joint_run_parts(str(step)) == (str(step / "retriever"), str(step / "reader"))
+
+
+def test_answerable_only_drops_training_questions_whose_passages_lack_an_answer(files):
+    from mwb.tasks.qa_reader import QAReader
+    d, ev, qs = files
+    extra = d / "with_unanswerable.tsv"
+    extra.write_text(open(qs).read() + f"what colour is the orvik bridge\t{json.dumps(['ultramarine'])}\n")
+    kept = {}
+    for flag in (False, True):
+        task = QAReader(evidence=ev, top_k=2, max_questions=0, answerable_only=flag)
+        kept[flag] = {split: [e["question"] for e in task.read(str(extra), split)] for split in ("train", "all")}
+    assert "what colour is the orvik bridge" in kept[False]["train"]
+    assert kept[True]["train"] == [q for q in kept[False]["train"] if q != "what colour is the orvik bridge"]
+    assert kept[True]["all"] == kept[False]["all"]  # evaluation keeps every question
