@@ -183,6 +183,11 @@ def bench_step(args, variant: str) -> None:
     row(f"training step ({variant})", "fp32 eager", name, r, f"{args.batch}×{args.seq} tokens")
 
 
+ROWS = {"optimizer": bench_optimizer, "cross-entropy": bench_cross_entropy, "grad-norm": bench_grad_norm,
+        "grad-buffer": bench_grad_buffer, "rope": bench_rope, "rmsnorm": bench_rmsnorm,
+        "precision": lambda args: bench_step(args, "precision"), "compile": lambda args: bench_step(args, "compile")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="gpt2")
@@ -192,8 +197,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["optimizer", "cross-entropy", "grad-norm", "grad-buffer", "rope", "rmsnorm",
-                             "precision", "compile"])
+                    choices=list(ROWS))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {args.shape} width, {args.layers} layers, seq {args.seq} × batch {args.batch}, {args.threads} "
@@ -201,21 +205,9 @@ def main() -> None:
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
     print("| change | before: best / median s | after: best / median s | speed-up (best) | (median) | note |")
     print("| --- | --- | --- | ---: | ---: | --- |")
-    if "optimizer" not in args.skip:
-        bench_optimizer(args)
-    if "cross-entropy" not in args.skip:
-        bench_cross_entropy(args)
-    if "grad-norm" not in args.skip:
-        bench_grad_norm(args)
-    if "grad-buffer" not in args.skip:
-        bench_grad_buffer(args)
-    if "rope" not in args.skip:
-        bench_rope(args)
-    if "rmsnorm" not in args.skip:
-        bench_rmsnorm(args)
-    for v in ("precision", "compile"):
-        if v not in args.skip:
-            bench_step(args, v)
+    for name, bench in ROWS.items():
+        if name not in args.skip:
+            bench(args)
 
 
 if __name__ == "__main__":
