@@ -66,14 +66,17 @@ class CausalReader(BatchedReader):
         return self.cfg.answer_length + 2
 
     # ------------------------------------------------------------------------------------------ inputs
-    def prompt_ids(self, question: str, docs: Sequence[dict]) -> list[int]:
-        """Token ids of the prompt; each document is cut so that it and the question fit ``seq_length``."""
+    def pieces(self, question: str, docs: Sequence[dict]) -> tuple[list[int], list[list[int]]]:
+        """Token ids of the question block and of each document block, each document cut so that it and the
+        question fit ``seq_length`` (tokenised once; the full and per-document prompts are built from them)."""
         q = list(self.tokenizer.encode(question_block(question)))[-(self.cfg.seq_length // 2):]
         room = self.cfg.seq_length - len(q)
-        ids: list[int] = []
-        for d in docs:
-            ids += list(self.tokenizer.encode(doc_block(d)))[:room]
-        return ids + q
+        return q, [list(self.tokenizer.encode(doc_block(d)))[:room] for d in docs]
+
+    def prompt_ids(self, question: str, docs: Sequence[dict]) -> list[int]:
+        """Token ids of the prompt: the documents' blocks, then the question's."""
+        q, blocks = self.pieces(question, docs)
+        return [t for b in blocks for t in b] + q
 
     def target_ids(self, answers: Sequence[str], docs: Sequence[dict] = ()) -> list[int]:
         if not answers:
@@ -96,9 +99,10 @@ class CausalReader(BatchedReader):
         ``answer_length + 1``), ``prompt_length`` (for decoding)."""
         S, T = self.cfg.seq_length, self.cfg.answer_length + 1
         target = self.target_ids(answers, docs)
-        full = self.prompt_ids(question, docs)
+        q, blocks = self.pieces(question, docs)
+        full = [t for b in blocks for t in b] + q
         tokens, real = self.row(full, target, len(docs) * S + T)
-        doc_rows = [self.row(self.prompt_ids(question, [d]), target, S + T) for d in docs]
+        doc_rows = [self.row(b + q, target, S + T) for b in blocks]
         labels = np.full(self.keep, -100, dtype=np.int64)
         if target:  # logits at kept position j predict the token after it; the last position predicts nothing
             labels[self.keep - 1 - len(target): self.keep - 1] = target
