@@ -10,9 +10,9 @@ The retrieval system (index, caches) is :mod:`mwb.retrieval.system`.
 
 ``--reader C`` (an extractive BERT, FiD T5 or causal GPT reader, :mod:`mwb.retrieval.readers`) also answers
 every question from each retriever's top ``--reader-k`` passages: ``<retriever>_exact_match`` and
-``<retriever>_f1`` (SQuAD normalisation, best over the gold answers). ``--checkpoint`` naming a joint ``mwb finetune e2e-qa`` run
-evaluates its retriever and, unless ``--reader`` says otherwise, its reader; ``--reader RUN`` takes a joint
-run's reader.
+``<retriever>_f1`` (SQuAD normalisation, best over the gold answers). ``--checkpoint`` naming a joint
+``mwb finetune e2e-qa`` run evaluates its retriever and, unless ``--reader`` says otherwise, its reader;
+``--reader RUN`` takes a joint run's reader.
 """
 from __future__ import annotations
 

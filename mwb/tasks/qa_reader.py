@@ -24,7 +24,7 @@ from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import squad_scores
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.readers import training
-from mwb.retrieval.readers.base import KINDS, ReaderConfig, answer_char_spans, doc_context
+from mwb.retrieval.readers.base import KINDS, ReaderConfig, holds_answer
 from mwb.retrieval.readers.loading import load_reader
 from mwb.retrieval.system import RandomRetriever
 from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
@@ -113,12 +113,12 @@ class QAReader(Task):
                 "docs": [{"id": ev.ids[r], "title": ev.titles[r], "text": ev.texts[r]} for r in rs]}
                for q, rs in zip(qs, rows)]
         if split == "train" and self.opts["answerable_only"]:
-            out = [e for e in out if any(answer_char_spans(doc_context(d), e["answers"]) for d in e["docs"])]
+            out = [e for e in out if holds_answer(e["docs"], e["answers"])]
         return out
 
     # --- metrics ---------------------------------------------------------------------------------------
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        found = [any(answer_char_spans(doc_context(d), e["answers"]) for d in e["docs"]) for e in examples]
+        found = [holds_answer(e["docs"], e["answers"]) for e in examples]
         return {**squad_scores(preds, [e["answers"] for e in examples]),
                 "answer_in_passages": 100.0 * sum(found) / max(len(found), 1), "count": len(preds)}
 

@@ -112,9 +112,14 @@ def target_answer(answers: Sequence[str], docs: Sequence[dict]) -> str:
     holds (what it can read there), else the first. DPR's TriviaQA lists put aliases such as "K (element)"
     before the name the passages use ("Potassium"); training on those would teach the alias, not reading."""
     for a in answers:
-        if any(answer_char_spans(doc_context(d), [a]) for d in docs):
+        if holds_answer(docs, [a]):
             return a
     return answers[0] if answers else ""
+
+
+def holds_answer(docs: Sequence[dict], answers: Sequence[str]) -> bool:
+    """Whether one of ``docs`` holds one of ``answers`` (:func:`answer_char_spans` on its title and text)."""
+    return any(answer_char_spans(doc_context(d), answers) for d in docs)
 
 
 def answer_char_spans(context: str, answers: Sequence[str]) -> list[tuple[int, int]]:

@@ -1,10 +1,10 @@
 """Building and loading readers: which reader a checkpoint is, and its weights in any tensor-parallel layout.
 
-A BERT checkpoint is an extractive reader, a T5 checkpoint a FiD reader and a GPT checkpoint (``smollm2-135m``)
-a causal reader. A trained reader (``mwb finetune
-qa-reader``, a joint ``e2e-qa`` run's ``reader``, or a ``mwb finetune squad`` checkpoint, whose parameter
-names match) loads whole; a pretrained BERT (``minilm-l6``, ``mwb pretrain bert``) gives the encoder and the
-span head starts from its seeded initial value; a pretrained T5 or GPT is already a complete reader.
+A BERT checkpoint is an extractive reader, a T5 checkpoint a FiD reader and a GPT checkpoint
+(``smollm2-135m``) a causal reader. A trained reader (``mwb finetune qa-reader``, a joint ``e2e-qa`` run's
+``reader``, or a ``mwb finetune squad`` checkpoint, whose parameter names match) loads whole; a pretrained
+BERT (``minilm-l6``, ``mwb pretrain bert``) gives the encoder and the span head starts from its seeded
+initial value; a pretrained T5 or GPT is already a complete reader.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ The runner calls ``featurize`` (examples → fixed-shape numpy samples, one per 
 and the reader's own loss as the trainer's ``(Σ loss, count)`` pair — questions for the extractive reader,
 answer tokens for FiD and causal — so every data-parallel layout reduces to the one-process loss) and
 ``dev_predictions`` (answers of the model being trained, scored by the task's EM/F1 after every epoch).
-A task using it exposes ``reader`` (extractive | fid | causal) and ``reader_config`` (:class:`.base.ReaderConfig`).
+A task using it exposes ``reader`` (extractive | fid | causal) and ``reader_config``
+(:class:`.base.ReaderConfig`).
 """
 from __future__ import annotations
 
