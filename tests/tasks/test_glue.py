@@ -118,9 +118,13 @@ def test_stsb_finetune_learns_and_eval_reproduces_and_writes_submission(tmp_path
     data = write_easy_stsb(str(tmp_path / "STS-B"))
     out = str(tmp_path / "ft")
     _mwb(capsys, "finetune", "glue", "--task", "stsb", "--checkpoint", ckpt, "--data", data, "--epochs", "4",
-         "--lr", "1e-2", "--global-batch-size", "8", "--micro-batch-size", "8", "--out", out)
+         "--lr", "1e-2", "--global-batch-size", "8", "--micro-batch-size", "8", "--keep-last", "1", "--out", out)
     res = json.load(open(os.path.join(out, "results.json")))
     assert res["metrics"]["pearson"] > 0.5 and -1 <= res["metrics"]["spearman"] <= 1
+    ckpts = os.path.join(out, "checkpoints")  # --keep-last 1: the newest epoch and the best survive
+    left = sorted(n for n in os.listdir(ckpts) if n.startswith("step_"))
+    best, latest = (open(os.path.join(ckpts, n)).read().strip() for n in ("best", "latest"))
+    assert set(left) == {best, latest} and res["best_checkpoint"].endswith(best)
     ev = str(tmp_path / "ev")
     _mwb(capsys, "eval", "glue", "--task", "stsb", "--checkpoint", out, "--data", data, "--out", ev)
     assert json.load(open(os.path.join(ev, "results.json")))["metrics"]["pearson"] == \

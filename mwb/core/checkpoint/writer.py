@@ -18,7 +18,7 @@ import dataclasses
 import json
 import os
 import shutil
-from typing import Optional
+from typing import Iterable, Optional
 
 import torch
 import torch.distributed as dist
@@ -193,11 +193,14 @@ def save(trainer, root: str, keep_last: int = 0, extra_files: ExtraFiles = None)
     return final
 
 
-def prune(root: str, keep_last: int) -> None:
+def prune(root: str, keep_last: int, keep: Iterable[str] = ()) -> None:
+    """Remove all but the newest ``keep_last`` ``step_N`` directories, never one named in ``keep`` (the
+    best checkpoint of a fine-tuning run, which may be older than the newest)."""
     steps = sorted((int(n.split("_")[1]), n) for n in os.listdir(root)
                    if n.startswith("step_") and n.split("_")[1].isdigit())
     for _, name in steps[:-keep_last]:
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        if name not in set(keep):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def write_model_checkpoint(directory: str, cfg, vocab_size: int, tensors: dict, step: int = 0,

@@ -57,7 +57,11 @@ def test_keep_last_and_weights_only(tmp_path):
         trainer.train_step()
         checkpoint.save(trainer, root, keep_last=2)
     assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_2", "step_3"]
-    assert checkpoint.latest_dir(root).endswith("step_3")
+    trainer.train_step()
+    checkpoint.save(trainer, root)
+    checkpoint.prune(root, 1, keep=["step_2"])  # a fine-tuning run's best survives pruning
+    assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_2", "step_4"]
+    assert checkpoint.latest_dir(root).endswith("step_4")
     fresh = make_trainer(tree(), 1)
     assert checkpoint.load(fresh, checkpoint.latest_dir(root), model_only=True) == 0
     assert not fresh.optimizer.optimizer.state  # fine-tuning starts with fresh optimizer state
