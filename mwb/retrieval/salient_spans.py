@@ -19,13 +19,20 @@ Limits, stated: lowercase entities ("iPhone"), entities in all-caps acronyms of 
 start a sentence as one word ("Paris is …") are missed; capitalised common words inside titles are kept.
 
 :func:`mask_salient` turns a sentence into an MSS query: the chosen span is replaced by ``mask`` ("[MASK]" by
-default, or "_" for tokenizers without it) and returned as the answer.
+default, or "_" for tokenizers without it) and returned as the answer. :func:`salient_question` writes the same
+query as a question ("… form the what?"), and :func:`mss_questions` draws such questions from an evidence
+collection: reader training data whose answers are in the passages they came from, so a reader trained on
+them must read (a language model answers real trivia questions from its weights as often as from passages).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
+
+import numpy as np
+
+from mwb.core.data.sentences import split_sentences
 
 MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
           "Jan\\.|Feb\\.|Mar\\.|Apr\\.|Aug\\.|Sept?\\.|Oct\\.|Nov\\.|Dec\\.")
@@ -110,3 +117,40 @@ def mask_salient(sentence: str, rng=None, mask: str = "[MASK]") -> Optional[tupl
         return None
     span = spans[int(rng.integers(len(spans)))] if rng is not None else spans[0]
     return sentence[:span.start] + mask + sentence[span.end:], span
+
+
+def salient_question(sentence: str, rng=None, max_words: int = 5) -> Optional[tuple[str, Span]]:
+    """``(question, span)``: the MSS query of ``sentence`` with the span written as "what" (a name), "what
+    year" (a bare year) or "when" (another date) and a question mark; ``None`` when the sentence has no span,
+    the span is longer than ``max_words`` words or appears again in the question, or the sentence already
+    holds a "what"/"when" (the question would be ambiguous)."""
+    if re.search(r"\b(?:what|when)\b", sentence, re.IGNORECASE):
+        return None
+    found = mask_salient(sentence, rng, mask="\0")
+    if found is None:
+        return None
+    query, span = found
+    if len(span.text.split()) > max_words or span.text.lower() in query.lower():
+        return None
+    wh = "what" if span.kind != "date" else ("what year" if span.text.isdigit() else "when")
+    return query.replace("\0", wh).rstrip(" .;:!") + "?", span
+
+
+def mss_questions(texts: Sequence[str], n: int, seed: int = 0, min_words: int = 8) -> list[dict]:
+    """Up to ``n`` questions ``{"question", "answers": [span], "passage": row}``, one per passage drawn in a
+    seeded random order, from one random sentence of at least ``min_words`` words; answers do not repeat."""
+    rng = np.random.default_rng([seed, 13])
+    out: list[dict] = []
+    seen: set[str] = set()
+    for row in rng.permutation(len(texts)).tolist():
+        sents = [x.strip() for x in split_sentences(texts[row]) if len(x.split()) >= min_words]
+        if not sents:
+            continue
+        made = salient_question(sents[int(rng.integers(len(sents)))], rng)
+        if made is None or made[1].text in seen:
+            continue
+        seen.add(made[1].text)
+        out.append({"question": made[0], "answers": [made[1].text], "passage": row})
+        if len(out) == n:
+            break
+    return out

@@ -15,6 +15,10 @@ answers after the passages; default start ``smollm2-135m``) — :mod:`mwb.retrie
 trained on the shared trainer by :mod:`mwb.retrieval.readers.training`.
 ``--answerable-only`` trains only on questions whose passages hold a gold answer, as DPR trains its reader
 (a generative reader trained on the others learns to answer from its own weights, not from the passages).
+``--mss-questions N`` adds N questions made from the evidence itself to the training split: a sentence with
+one salient span (a name or a date) written as a what/when question, whose answer is in the passage it came
+from (:func:`mwb.retrieval.salient_spans.mss_questions`; masked salient spans as REALM and Sachan et al.
+use them, for the reader). They cost no labels and teach a causal reader to read; dev keeps real questions.
 Metrics: SQuAD exact match and F1 against any gold answer, and how many questions had a gold answer in their
 passages (the reader's ceiling for extractive answers).
 """
@@ -26,6 +30,7 @@ from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.readers import training
 from mwb.retrieval.readers.base import KINDS, ReaderConfig, holds_answer
 from mwb.retrieval.readers.loading import load_reader
+from mwb.retrieval.salient_spans import mss_questions
 from mwb.retrieval.system import RandomRetriever
 from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
@@ -55,6 +60,8 @@ class QAReader(Task):
         "max_questions": Option(int, 500, "questions kept, evenly spread over the file (0: all)"),
         "answerable_only": Option(bool, False, "train only on questions whose passages hold a gold answer "
                                                "(DPR's reader training; dev and evaluation keep every question)"),
+        "mss_questions": Option(int, 0, "add N questions made from the evidence's salient spans to the "
+                                        "training split (answers in their passages; no labels)"),
     }
 
     def __init__(self, **opts) -> None:
@@ -66,6 +73,8 @@ class QAReader(Task):
             raise ConfigError(f"--split must be one of {', '.join(SPLITS)}")
         if self.opts["top_k"] < 1:
             raise ConfigError("--top-k must be at least 1")
+        if self.opts["mss_questions"] < 0:
+            raise ConfigError("--mss-questions must be 0 or more")
         self.reader = self.opts["reader"]
         self.reader_config = ReaderConfig(seq_length=self.opts["reader_length"],
                                           max_answer_tokens=self.opts["answer_length"],
@@ -108,6 +117,8 @@ class QAReader(Task):
         if split != "all":
             qs = [q for i, q in enumerate(qs) if (i % 5 == 4) == (split == "dev")]
         ev = self.evidence()
+        if split == "train" and self.opts["mss_questions"]:
+            qs = qs + mss_questions(ev.texts, self.opts["mss_questions"])
         rows = self.passages_for([q["question"] for q in qs])
         out = [{"question": q["question"], "answers": list(q["answers"]),
                 "docs": [{"id": ev.ids[r], "title": ev.titles[r], "text": ev.texts[r]} for r in rs]}
@@ -125,7 +136,7 @@ class QAReader(Task):
     # --- harness ---------------------------------------------------------------------------------------
     def load_model(self, checkpoint, tokenizer=None, device=None):
         reader = load_reader(checkpoint, device or "cpu", self.reader_config, tokenizer)
-        self.reader = reader.kind  # the checkpoint decides; --reader picks fine-tuning's model
+        self.reader = self.opts["reader"] = reader.kind  # the checkpoint decides; --reader is for fine-tuning
         return reader.run_cfg, reader
 
     def build(self, examples, reader):

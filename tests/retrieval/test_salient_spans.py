@@ -1,7 +1,7 @@
-"""The salient-span detector on fixed sentences, and the masked query built from it."""
+"""The salient-span detector on fixed sentences, the masked query built from it, and MSS questions."""
 import numpy as np
 
-from mwb.retrieval.salient_spans import mask_salient, salient_spans
+from mwb.retrieval.salient_spans import mask_salient, mss_questions, salient_question, salient_spans
 
 
 def spans(text):
@@ -36,3 +36,33 @@ def test_mask_salient():
             for s in range(20)}
     assert seen == {"_ was born in 1642.", "Isaac Newton was born in _."}
     assert mask_salient("nothing to see here.") is None
+
+
+def test_salient_question_forms():
+    rng = np.random.default_rng(0)
+    asked = {salient_question("Isaac Newton was born in 1642 near Grantham.", np.random.default_rng(s))
+             for s in range(30)}
+    assert {(q, sp.text) for q, sp in asked} == {("what was born in 1642 near Grantham?", "Isaac Newton"),
+                                                 ("Isaac Newton was born in what year near Grantham?", "1642"),
+                                                 ("Isaac Newton was born in 1642 near what?", "Grantham")}
+    q, sp = salient_question("The treaty was signed on 4 July 1776 in secret.", rng)
+    assert (q, sp.text) == ("The treaty was signed on when in secret?", "4 July 1776")
+    assert salient_question("What did Isaac Newton see in 1666?") is None  # would be ambiguous
+    assert salient_question("the cat sat on the mat.") is None
+    assert salient_question("It joined the Very Long Named Union Of Many Small Northern States.") is None
+
+
+def test_mss_questions_come_from_their_passages_with_unique_answers():
+    texts = ["Isaac Newton was born in 1642 near the town of Grantham in England.",
+             "no names at all are in this rather long lower case sentence here.",
+             "The Bank of England was founded in 1694 to lend money to the King.",
+             "Marie Curie won the Nobel Prize in Physics in the year 1903.", "Too short: Paris."]
+    qs = mss_questions(texts, 10, seed=3)
+    assert qs == mss_questions(texts, 10, seed=3) and len(qs) == 3  # one per passage that has a span
+    assert {q["passage"] for q in qs} == {0, 2, 3}
+    for q in qs:
+        assert q["question"].endswith("?") and q["answers"][0] in texts[q["passage"]]
+        assert q["answers"][0] not in q["question"]
+    assert len(mss_questions(texts, 2, seed=3)) == 2
+    twice = mss_questions(texts * 2, 10, seed=3)  # each passage twice: an answer is still asked once
+    assert len({q["answers"][0] for q in twice}) == len(twice) >= 3

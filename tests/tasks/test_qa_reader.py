@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import squad_scores
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.readers.base import ReaderConfig
@@ -82,6 +83,10 @@ def test_finetune_reader_then_eval_qa_with_reader(files, capsys, kind):
     assert metrics["bm25_exact_match"] == pytest.approx(want["exact_match"])
     assert metrics["bm25_f1"] == pytest.approx(want["f1"])
     assert set(metrics) >= {"bm25_top1", "bm25_top2", "num_questions"} and metrics["num_questions"] == 10
+    code, _, err = run_cli(["eval", "qa-reader", "--checkpoint", run, "--data", qs, "--evidence", ev, "--top-k", "2",
+                            "--reader-length", "48", "--out", str(d / f"eval-reader-{kind}")], capsys)
+    assert code in (0, None), err  # no --reader: the checkpoint's kind, and results.json says which
+    assert json.load(open(d / f"eval-reader-{kind}" / "results.json"))["task_options"]["reader"] == kind
     if kind != "extractive":
         return
 
@@ -113,3 +118,21 @@ def test_answerable_only_drops_training_questions_whose_passages_lack_an_answer(
     assert "what colour is the orvik bridge" in kept[False]["train"]
     assert kept[True]["train"] == [q for q in kept[False]["train"] if q != "what colour is the orvik bridge"]
     assert kept[True]["all"] == kept[False]["all"]  # evaluation keeps every question
+
+
+def test_mss_questions_join_the_training_split_only(tmp_path):
+    from mwb.tasks.qa_reader import QAReader
+    ev = tmp_path / "evidence.tsv"
+    ev.write_text("id\ttext\ttitle\n" + "".join(f"p{i}\t{t}\tT{i}\n" for i, t in enumerate([
+        "Isaac Newton was born in 1642 near the town of Grantham in England.",
+        "The Bank of England was founded in 1694 to lend money to the King.",
+        "Marie Curie won the Nobel Prize in Physics in the year 1903."])))
+    qs = tmp_path / "q.tsv"
+    qs.write_text("".join(f"question {i} about grantham\t{json.dumps(['x'])}\n" for i in range(5)))
+    read = {n: {split: QAReader(evidence=str(ev), top_k=1, max_questions=0, mss_questions=n).read(str(qs), split)
+                for split in ("train", "dev")} for n in (0, 2)}
+    assert read[2]["dev"] == read[0]["dev"] and read[2]["train"][:4] == read[0]["train"]
+    made = read[2]["train"][4:]
+    assert len(made) == 2 and all(e["answers"][0] in e["docs"][0]["text"] for e in made)  # BM25 finds the source
+    with pytest.raises(ConfigError, match="--mss-questions"):
+        QAReader(mss_questions=-1)
