@@ -24,6 +24,8 @@ passages (the reader's ceiling for extractive answers).
 """
 from __future__ import annotations
 
+import sys
+
 from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import squad_scores
 from mwb.retrieval.bm25 import BM25Retriever
@@ -118,7 +120,11 @@ class QAReader(Task):
             qs = [q for i, q in enumerate(qs) if (i % 5 == 4) == (split == "dev")]
         ev = self.evidence()
         if split == "train" and self.opts["mss_questions"]:
-            qs = qs + mss_questions(ev.texts, self.opts["mss_questions"])
+            made = mss_questions(ev.texts, self.opts["mss_questions"])
+            if len(made) < self.opts["mss_questions"]:
+                print(f"mwb: --mss-questions {self.opts['mss_questions']}: the evidence gives {len(made)} (one per "
+                      f"passage with a usable name or date)", file=sys.stderr)
+            qs = qs + made
         rows = self.passages_for([q["question"] for q in qs])
         out = [{"question": q["question"], "answers": list(q["answers"]),
                 "docs": [{"id": ev.ids[r], "title": ev.titles[r], "text": ev.texts[r]} for r in rs]}

@@ -120,7 +120,7 @@ def test_answerable_only_drops_training_questions_whose_passages_lack_an_answer(
     assert kept[True]["all"] == kept[False]["all"]  # evaluation keeps every question
 
 
-def test_mss_questions_join_the_training_split_only(tmp_path):
+def test_mss_questions_join_the_training_split_only(tmp_path, capsys):
     from mwb.tasks.qa_reader import QAReader
     ev = tmp_path / "evidence.tsv"
     ev.write_text("id\ttext\ttitle\n" + "".join(f"p{i}\t{t}\tT{i}\n" for i, t in enumerate([
@@ -134,5 +134,8 @@ def test_mss_questions_join_the_training_split_only(tmp_path):
     assert read[2]["dev"] == read[0]["dev"] and read[2]["train"][:4] == read[0]["train"]
     made = read[2]["train"][4:]
     assert len(made) == 2 and all(e["answers"][0] in e["docs"][0]["text"] for e in made)  # BM25 finds the source
+    assert "evidence gives" not in capsys.readouterr().err
+    assert len(QAReader(evidence=str(ev), top_k=1, max_questions=0, mss_questions=9).read(str(qs), "train")) == 7
+    assert "--mss-questions 9: the evidence gives 3" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--mss-questions"):
         QAReader(mss_questions=-1)
