@@ -3,10 +3,10 @@
 Everything pretraining has applies (TP/SP/PP/DP, the distributed optimizer, precision, accumulation,
 checkpoints, resume, progress, metrics.jsonl). On top, after every epoch the dev split is evaluated and a
 checkpoint saved; the best one is recorded in ``OUT/checkpoints/best`` and ``OUT/results.json`` holds its
-dev metrics. ``--keep-last K`` keeps the newest K epoch checkpoints and the best one. Encoder tasks are scored with the task's own metrics on the model being trained; generative
-tasks by their dev target-token loss during training, then — once, after training, in the launching
-process — by greedy generations of the best checkpoint through the evaluation harness (what
-``mwb eval TASK --checkpoint OUT`` reproduces).
+dev metrics; ``--keep-last K`` keeps the newest K epoch checkpoints and the best one. Encoder tasks are
+scored with the task's own metrics on the model being trained; generative tasks by their dev target-token
+loss during training, then — once, after training, in the launching process — by greedy generations of the
+best checkpoint through the evaluation harness (what ``mwb eval TASK --checkpoint OUT`` reproduces).
 """
 from __future__ import annotations
 
@@ -73,12 +73,6 @@ def check_arch(task, arch: str, where: str) -> None:
                           f"{' or '.join(a.upper() for a in arches)}")
 
 
-def _best_name(ckpt_root: str) -> str:
-    """The step directory ``checkpoints/best`` names (also one recorded before a resume)."""
-    path = os.path.join(ckpt_root, "best")
-    return open(path).read().strip() if os.path.exists(path) else ""
-
-
 def better(metric: str, value: float, best: float) -> bool:
     if best is None:
         return True
@@ -143,7 +137,7 @@ def rank_main(tree: dict, job: dict) -> None:
                 if rank == 0:
                     atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{res.step}\n")
             if rank == 0 and cfg.train.keep_last > 0:  # --keep-last K: the newest K and the best survive
-                checkpoint.prune(ckpt_root, cfg.train.keep_last, keep=[_best_name(ckpt_root)])
+                checkpoint.prune(ckpt_root, cfg.train.keep_last, keep=[f"step_{best['step']}"])
         elif stop:
             checkpoint.save(tr, ckpt_root, extra_files={"tokenizer": job["tokenizer"]})
 

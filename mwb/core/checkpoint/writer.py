@@ -198,8 +198,9 @@ def prune(root: str, keep_last: int, keep: Iterable[str] = ()) -> None:
     best checkpoint of a fine-tuning run, which may be older than the newest)."""
     steps = sorted((int(n.split("_")[1]), n) for n in os.listdir(root)
                    if n.startswith("step_") and n.split("_")[1].isdigit())
+    keep = set(keep)
     for _, name in steps[:-keep_last]:
-        if name not in set(keep):
+        if name not in keep:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
