@@ -16,6 +16,13 @@
                  tables saved) against ``x·cos + cat(-x2, x1)·sin`` (the step before)
   rmsnorm        RMSNorm forward + backward at the SmolLM2 width (576, seq × batch of the run): the fp32
                  autograd function (five passes, x̂ and 1/rms saved) against ``nn.RMSNorm`` (the step before)
+  output-layer   the output layer and the cross-entropy, forward + backward on [B·s, h] hidden states: one
+                 fused function whose logits become their own gradient, from a workspace kept between steps
+                 (``linear_cross_entropy``), against ``F.linear`` then the cross-entropy above (the step
+                 before); the note gives the page faults of one call each
+  main-grad      a whole training step with the weight gradients of the linear layers, the embedding and the
+                 fused output layer written straight into ``main_grad`` against autograd's route (fresh
+                 gradient, AccumulateGrad, the optimizer's hook copying it in: the step before)
   precision      a whole training step in bf16 (fp32 master weights, fp32 gradient buffer) against fp32
   compile        a whole training step with ``train.compile`` against eager (after the compile warm-up)
 
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -173,6 +181,51 @@ def bench_rmsnorm(args) -> None:
     row("RMSNorm fwd+bwd (one norm)", "nn.RMSNorm", "autograd function", r, f"[{args.batch}, {args.seq}, 576] fp32")
 
 
+def _faults(fn) -> int:
+    """Minor page faults of one call: fresh memory the kernel had to map and zero."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def bench_output_layer(args) -> None:
+    from mwb.core.models.loss import LogitsWorkspace, blocked_cross_entropy, linear_cross_entropy
+    m = SHAPES[args.shape]["model"]
+    vocab, h = m["vocab_size"], m["hidden_size"]
+    padded = -(-vocab // 128) * 128
+    n = args.batch * args.seq
+    x = torch.randn(n, h).requires_grad_(True)
+    w = (torch.randn(padded, h) * 0.02).requires_grad_(True)
+    labels = torch.randint(0, vocab, (n,))
+    ws = LogitsWorkspace()
+
+    def separate():
+        blocked_cross_entropy(F.linear(x, w), labels, vocab).sum().backward()
+
+    def fused():
+        linear_cross_entropy(x, w, labels, vocab, ws).sum().backward()
+    r = best_median({"linear, then cross-entropy": separate, "fused": fused}, args.reps)
+    row("output layer + cross-entropy fwd+bwd", "linear, then cross-entropy", "fused", r,
+        f"[{n}, {h}] × [{padded}, {h}] fp32; page faults per call {_faults(separate)} → {_faults(fused)}")
+
+
+def bench_main_grad(args) -> None:
+    from mwb.core.models import main_grad
+    trainer = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
+
+    def step(enabled: bool):
+        def run():
+            main_grad.ENABLED = enabled
+            try:
+                trainer.train_step()
+            finally:
+                main_grad.ENABLED = True
+        return run
+    r = best_median({"through autograd": step(False), "into main_grad": step(True)}, args.reps)
+    row("training step, weight gradients", "through autograd", "into main_grad", r,
+        f"{args.batch}×{args.seq} tokens; page faults per step {_faults(step(False))} → {_faults(step(True))}")
+
+
 def bench_step(args, variant: str) -> None:
     base = build(args.shape, args.layers, args.batch, args.seq, "fp32", False)
     other = build(args.shape, args.layers, args.batch, args.seq, "bf16" if variant == "precision" else "fp32",
@@ -185,6 +238,7 @@ def bench_step(args, variant: str) -> None:
 
 ROWS = {"optimizer": bench_optimizer, "cross-entropy": bench_cross_entropy, "grad-norm": bench_grad_norm,
         "grad-buffer": bench_grad_buffer, "rope": bench_rope, "rmsnorm": bench_rmsnorm,
+        "output-layer": bench_output_layer, "main-grad": bench_main_grad,
         "precision": lambda args: bench_step(args, "precision"), "compile": lambda args: bench_step(args, "compile")}
 
 

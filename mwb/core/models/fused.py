@@ -51,7 +51,8 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        rstd = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps))
+        # ‖x‖² / d from one fused reduction: no squared copy of x
+        rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.size(-1)).add_(eps).rsqrt_()
         xhat = x * rstd
         ctx.save_for_backward(xhat, rstd, weight)
         return xhat * weight

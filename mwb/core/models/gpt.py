@@ -63,8 +63,7 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
             return x
         if labels is None:
             return self.head(self.final_norm(x[:, -logits_to_keep:] if logits_to_keep else x))
-        logits = self.head(self.final_norm(x))
-        return self.loss_fn(logits, labels, loss_mask)
+        return self.loss_fn.head_loss(self.final_norm(x), self.head, labels, loss_mask)
 
 
 def gpt_batch_to_inputs(batch: dict) -> dict:

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .main_grad import linear
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "relu", "geglu_tanh")
 GATED = ("swiglu", "geglu_tanh")  # act(gate) · up
@@ -41,5 +42,5 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
-            return self.down_proj(self._act(self.gate_proj(x)) * self.up_proj(x))
-        return self.down_proj(self._act(self.up_proj(x)))
+            return linear(self.down_proj, self._act(linear(self.gate_proj, x)) * linear(self.up_proj, x))
+        return linear(self.down_proj, self._act(linear(self.up_proj, x)))

@@ -18,7 +18,8 @@ from torch import nn
 
 from ..config import ModelConfig
 from .fused import RMSNorm, rotary_fp32
-from .loss import blocked_cross_entropy
+from .loss import LogitsWorkspace, blocked_cross_entropy, linear_cross_entropy
+from .main_grad import embedding, linear, unhooked
 from .mlp import MLP
 from .moe import MoELayer
 
@@ -166,11 +167,11 @@ class Attention(nn.Module):
                 cache: Optional[KVCache] = None) -> torch.Tensor:
         b, s, _ = x.shape
         src = x if kv_input is None else kv_input
-        q = self._heads(self.q_proj(x))
+        q = self._heads(linear(self.q_proj, x))
         if self.cross and cache is not None and self.layer_id in cache.cross:
             k, v = cache.cross[self.layer_id]
         else:
-            k, v = self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
+            k, v = self._heads(linear(self.k_proj, src)), self._heads(linear(self.v_proj, src))
             if self.cross and cache is not None:
                 cache.cross[self.layer_id] = (k, v)
         if rope is not None:
@@ -193,7 +194,7 @@ class Attention(nn.Module):
             causal = False
         out = self.core(q, k, v, causal=causal, mask=mask)
         out = out.transpose(1, 2).reshape(b, s, -1)
-        return self.o_proj(out)
+        return linear(self.o_proj, out)
 
 
 # ------------------------------------------------------------------------------------------------- mlp
@@ -250,7 +251,7 @@ class Embedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor, position_ids: Optional[torch.Tensor] = None,
                 tokentype_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = self.word(tokens)
+        x = embedding(self.word, tokens)
         if self.position is not None:
             if position_ids is None:
                 position_ids = torch.arange(tokens.size(1), device=tokens.device)[None]
@@ -316,12 +317,33 @@ class CrossEntropy(nn.Module):
     def __init__(self, vocab_size: int) -> None:
         super().__init__()
         self.vocab_size = vocab_size
+        self.workspace = LogitsWorkspace()  # the fused head's spare logits, reused step to step
 
     def token_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return blocked_cross_entropy(logits, labels.clamp(min=0), self.vocab_size)
 
+    def fuses(self, head: nn.Module) -> bool:
+        """Whether :meth:`head_loss` may run ``head`` and the loss as one function: a plain bias-free
+        ``nn.Linear`` that nothing hooks or wraps, and this very class's token losses (the vocab-parallel
+        subclass, and any other, keep the two apart)."""
+        return (unhooked(head, nn.Linear) and head.bias is None and unhooked(self, type(self))
+                and type(self).token_losses is CrossEntropy.token_losses)
+
+    def head_loss(self, hidden: torch.Tensor, head: nn.Module, labels, loss_mask: Optional[torch.Tensor] = None):
+        """``self(head(hidden), labels, loss_mask)``. When :meth:`fuses` allows, and a gradient is wanted, the
+        output layer and the cross-entropy run fused: the logits, the largest activation of a small model,
+        are made once and become their own gradient (:func:`~.loss.linear_cross_entropy`)."""
+        if torch.is_grad_enabled() and self.fuses(head):
+            return self._masked_sum(linear_cross_entropy(hidden, head.weight, labels.clamp(min=0), self.vocab_size,
+                                                         self.workspace),
+                                    labels, loss_mask)
+        return self(head(hidden), labels, loss_mask)
+
     def forward(self, logits, labels, loss_mask: Optional[torch.Tensor] = None):
-        losses = self.token_losses(logits, labels)
+        return self._masked_sum(self.token_losses(logits, labels), labels, loss_mask)
+
+    @staticmethod
+    def _masked_sum(losses: torch.Tensor, labels, loss_mask: Optional[torch.Tensor]):
         mask = labels >= 0
         if loss_mask is not None:
             mask = mask & loss_mask.bool()

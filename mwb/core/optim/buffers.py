@@ -78,6 +78,8 @@ class FlatBuffers:
 
 
 def _accumulate(p: torch.Tensor) -> None:
+    if p.grad is None:  # autograd passed no gradient: a fused layer wrote it into main_grad (models.main_grad)
+        return
     if p.main_grad_stale:
         p.main_grad.copy_(p.grad)
         p.main_grad_stale = False
