@@ -29,7 +29,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .main_grad import add_matmul, fused_target
+from .main_grad import weight_grad
 
 BLOCK_ELEMENTS = 1 << 23  # fp32 values of one block: 32 MiB
 # fp32 temporaries of the fused output layer's log-sum-exp: 16 MiB, under glibc's largest mmap threshold
@@ -175,12 +175,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             if not fp32:
                 out.copy_(p)
         gx = torch.mm(grad, weight) if ctx.needs_input_grad[0] else None
-        gw = None
-        if ctx.needs_input_grad[1]:
-            if fused_target(weight) is not None:  # straight into the optimizer's main_grad (see .main_grad)
-                add_matmul(weight, grad.t(), x)
-            else:
-                gw = torch.mm(grad.t(), x)
+        # straight into the optimizer's main_grad when it can (see .main_grad)
+        gw = weight_grad(weight, grad.t(), x) if ctx.needs_input_grad[1] else None
         ctx.workspace.give(grad)  # spent: the next forward may write its logits here
         return gx, gw, None, None, None
 
