@@ -191,7 +191,7 @@ def _mwb_problems() -> tuple[str, ...]:
 
 def test_readme_states_both_layer_orders():
     orders = readme_orders((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert [sorted(x) for x in orders["mwb"]][:2] == [["cli"], ["tasks"]] and {"core"} in orders["mwb"]
+    assert [sorted(x) for x in orders["mwb"]][:3] == [["cli"], ["repro"], ["tasks"]] and {"core"} in orders["mwb"]
     assert {"models"} in orders["mwb/core"] and {"parallel"} in orders["mwb/core"]
     core = orders["mwb/core"]
     assert core.index({"parallel"}) < core.index({"models"}), "models must sit below parallel"

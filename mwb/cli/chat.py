@@ -1,6 +1,6 @@
 """``mwb chat``: talk to a checkpoint in the terminal (stdin/stdout), optionally grounded in retrieved
-knowledge or in an actor's reference utterances. The conversation logic is :mod:`mwb.tasks.chat_session`;
-this module reads lines and prints replies."""
+knowledge or in an actor's reference utterances. The conversation logic is
+:mod:`mwb.tasks.dialogue.chat_session`; this module reads lines and prints replies."""
 from __future__ import annotations
 
 import sys
@@ -35,7 +35,8 @@ def chat(checkpoint, tokenizer, knowledge, actor, references, top_k, max_tokens,
          layout):
     from mwb.evaluation.chat_format import chat_format_for
     from mwb.evaluation.loading import load_language_model
-    from mwb.tasks.chat_session import DEFAULT_SYSTEM, ChatSession, ChatSettings, KnowledgeBase, actor_references
+    from mwb.tasks.dialogue.chat_session import (DEFAULT_SYSTEM, ChatSession, ChatSettings, KnowledgeBase,
+                                                 actor_references)
 
     say = lambda m: click.echo(m, err=True)  # noqa: E731
     refs = actor_references(actor, references, say) if actor else ()

@@ -13,6 +13,10 @@ SRC an mwb run directory, checkpoints/ directory, step_N directory or consolidat
 SRC a .gguf file (llama.cpp; Llama family, any quantisation the gguf package reads):
     DST becomes an mwb checkpoint, dequantised to float32, with the tokenizer and chat template.
 
+SRC a LoRA run (--lora): with --merge, DST is a Hugging Face model with the adapters merged into the base;
+    with --peft, DST is a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) for
+    PeftModel.from_pretrained on the base's own export (`mwb convert BASE OUT`).
+
 Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertModel, BertForMaskedLM,
 BertForPreTraining; mwb's post-norm BERT), T5 (T5ForConditionalGeneration; mwb's T5 with relative
 positions). Tokenizer files are copied when present.
@@ -23,10 +27,20 @@ positions). Tokenizer files are copied when present.
 @click.argument("src", type=click.Path())
 @click.argument("dst", type=click.Path())
 @click.option("--force", is_flag=True, default=False, help="Replace DST if it exists and is not empty.")
-def convert(src, dst, force):
+@click.option("--merge", is_flag=True, default=False, help="A LoRA run as a full Hugging Face model.")
+@click.option("--peft", is_flag=True, default=False, help="A LoRA run as a PEFT adapter directory.")
+def convert(src, dst, force, merge, peft):
+    from mwb.core.compose import export_lora
     from mwb.core.convert import convert as run
     from mwb.core.named_models import local_checkpoint
 
+    if merge and peft:
+        raise click.UsageError("--merge and --peft exclude each other")
+    if merge or peft:
+        out, family = export_lora(src, dst, peft=peft, overwrite=force)
+        what = "PEFT adapter directory" if peft else "Hugging Face model (adapters merged)"
+        click.echo(f"mwb: converted {family} LoRA run {src} → {what} {out}")
+        return
     direction, out, family = run(local_checkpoint(src), dst, overwrite=force)
     what = "Hugging Face model" if direction == "mwb-to-hf" else "mwb checkpoint"
     click.echo(f"mwb: converted {family} {src} → {what} {out}")

@@ -2,7 +2,8 @@
 
 Task-specific flags (``--strict`` for LAMBADA, flags of fine-tuning or QA tasks) are not known to this
 command: they are declared by each task (``Task.options``) and passed through, so a new task needs no
-change here. All the work is in :mod:`mwb.tasks.harness`; this module only parses, launches and prints.
+change here. All the work is in :mod:`mwb.tasks.api.evaluate`; this module only parses, launches and
+prints.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ With no --data a task's bundled sample is used; with no --checkpoint the newest 
 
 
 def _list_tasks() -> None:
-    from mwb.tasks.registry import list_tasks
+    from mwb.tasks.api.registry import list_tasks
 
     for name, cls in list_tasks().items():
         click.echo(f"{name:14s} {cls.objective:22s} {cls.description}")
@@ -49,9 +50,9 @@ def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, ove
     """Evaluate a checkpoint on TASK (`mwb eval --list` shows the tasks)."""
     from mwb.core.config import ConfigError
     from mwb.evaluation.loading import resolve_checkpoint
-    from mwb.tasks.base import parse_task_args
-    from mwb.tasks.harness import run_eval
-    from mwb.tasks.registry import get_task
+    from mwb.tasks.api.base import parse_task_args
+    from mwb.tasks.api.evaluate import run_eval
+    from mwb.tasks.api.registry import get_task
 
     if list_:
         return _list_tasks()

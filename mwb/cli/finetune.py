@@ -30,8 +30,8 @@ def _task_command(name: str, cls) -> click.Command:
         from mwb.core.compose import full_state
         from mwb.core.config import ConfigError, update
         from mwb.core.named_models import local_checkpoint
-        from mwb.tasks.base import parse_task_args
-        from mwb.tasks.finetune import check_arch, finetune
+        from mwb.tasks.api.base import parse_task_args
+        from mwb.tasks.api.finetune import check_arch, finetune
 
         task_opts = parse_task_args(cls, ctx.args)
         task = cls(**task_opts)
@@ -66,13 +66,13 @@ class TaskGroup(click.Group):
     """Subcommands: every trainable task of the registry, plus the commands added explicitly (dpr)."""
 
     def list_commands(self, ctx):
-        from mwb.tasks.registry import list_tasks
+        from mwb.tasks.api.registry import list_tasks
         return sorted(set(list_tasks(trainable=True)) | set(self.commands))
 
     def get_command(self, ctx, name):
         if name in self.commands:
             return self.commands[name]
-        from mwb.tasks.registry import get_task
+        from mwb.tasks.api.registry import get_task
         try:
             cls = get_task(name)
         except Exception:
@@ -85,7 +85,7 @@ class TaskGroup(click.Group):
 @click.pass_context
 def finetune(ctx, list_):
     if list_:
-        from mwb.tasks.registry import list_tasks
+        from mwb.tasks.api.registry import list_tasks
         for name, cls in list_tasks(trainable=True).items():
             click.echo(f"{name:16s} {cls.description}")
         for name, cmd in sorted(ctx.command.commands.items()):  # the pipelines that are more than one task

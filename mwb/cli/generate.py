@@ -21,7 +21,8 @@ import click
 @click.option("--n", "n", type=click.IntRange(min=1), default=1, show_default=True,
               help="Completions per prompt (each its own seeded random stream).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Sequences decoded together (left-padded, with the KV cache); does not change the output.")
+              help="Sequences decoded together (continuous batching on a preallocated KV cache); does not change "
+                   "the output.")
 @click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per completion (text, tokens, logprobs).")
 @click.pass_context

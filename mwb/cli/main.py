@@ -31,6 +31,8 @@ COMMANDS = {
     "detox": "mwb.cli.detox:detox",
     "score": "mwb.cli.score:score",
     "qa": "mwb.cli.qa:qa",
+    "repro": "mwb.cli.repro:repro",
+    "compare": "mwb.cli.compare:compare",
 }
 
 

@@ -23,6 +23,8 @@ FLAG_TO_KEY = {
     "seq_length": "train.seq_length", "seed": "train.seed", "save_interval": "train.save_interval",
     "keep_last": "train.keep_last", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
     "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr", "compile": "train.compile",
+    "rampup_batch_size": "train.rampup_batch_size", "lora": "lora.rank", "lora_alpha": "lora.alpha",
+    "lora_dropout": "lora.dropout", "lora_targets": "lora.targets",
 }
 
 
@@ -44,8 +46,9 @@ def training_options(fn):
         click.option("--sp/--no-sp", default=None, help="Sequence parallelism (needs --tp > 1)."),
         click.option("--distributed-optimizer", is_flag=True, default=None,
                      help="Shard fp32 master weights and optimizer state over data-parallel ranks."),
-        click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default=None,
-                     help="Parameter/activation precision (fp16 uses dynamic loss scaling)."),
+        click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16", "fp8"]), default=None,
+                     help="Parameter/activation precision (fp16 uses dynamic loss scaling; fp8: bf16 weights, "
+                          "e4m3/e5m2 GEMMs in the blocks, emulated on CPU)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
                      help="Activation recomputation."),
         click.option("--compile/--no-compile", "compile", default=None,
@@ -53,6 +56,15 @@ def training_options(fn):
         click.option("--steps", type=int, default=None, help="Optimizer steps."),
         click.option("--micro-batch-size", type=int, default=None),
         click.option("--global-batch-size", type=int, default=None),
+        click.option("--rampup-batch-size", type=int, nargs=3, default=None, metavar="START INCREMENT SAMPLES",
+                     help="Megatron's batch-size ramp-up: start at START, add INCREMENT every "
+                          "SAMPLES / ((global − START) / INCREMENT) consumed samples."),
+        click.option("--lora", type=int, default=None, metavar="RANK",
+                     help="LoRA adapters of this rank on the blocks' linear layers; the base is frozen."),
+        click.option("--lora-alpha", type=float, default=None, help="LoRA scale numerator (scale alpha/rank) [rank]."),
+        click.option("--lora-dropout", type=float, default=None, help="Dropout on the adapters' input [0]."),
+        click.option("--lora-targets", default=None, metavar="qkv,proj,fc1,fc2",
+                     help="Which linear layers get adapters [all four]."),
         click.option("--seq-length", type=int, default=None),
         click.option("--lr", type=float, default=None, help="Peak learning rate."),
         click.option("--seed", type=int, default=None, help="Same seed, data and layout ⇒ bit-identical run on CPU."),
@@ -90,7 +102,7 @@ def build_config(default_preset: Optional[str], kw: dict, data: Optional[list] =
     tree: dict = {}
     for flag, key in FLAG_TO_KEY.items():
         value = kw.get(flag)
-        if value is not None:
+        if value is not None and value != ():  # (click gives an unset nargs option as None or ())
             sec, field = key.split(".")
             tree.setdefault(sec, {})[field] = value
     if data:

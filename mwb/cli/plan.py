@@ -54,6 +54,8 @@ HARDWARE_NAMES = ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
 @click.option("--flash-attention", is_flag=True, help="fused attention: no s×s scores stored")
 @click.option("--train-tokens", type=click.FloatRange(min=0, min_open=True),
               help="tokens the whole run trains on, e.g. 270e9 [train.steps × batch × seq]")
+@click.option("--rampup-batch-size", type=int, nargs=3, default=None, metavar="START INCREMENT SAMPLES",
+              help="Megatron's batch-size ramp-up, counted in time and energy [train.rampup_batch_size]")
 @click.option("--device-power", type=click.FloatRange(min=0, min_open=True),
               help="W per GPU for the energy estimate [board TDP: 400 on A100, 700 on H100/H200]")
 @click.option("--pue", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
@@ -64,8 +66,8 @@ HARDWARE_NAMES = ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of text")
 def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, peak_tflops, intra_node_bw,
          inter_node_bw, efficiency, memory_reserve, global_batch_size, seq_length, micro_batch_size, tp, pp, vpp,
-         ep, sp, recompute, distributed_optimizer, precision, flash_attention, train_tokens, device_power, pue,
-         grid_gco2, top, as_json):
+         ep, sp, recompute, distributed_optimizer, precision, flash_attention, train_tokens, rampup_batch_size,
+         device_power, pue, grid_gco2, top, as_json):
     """Memory, FLOPs and parallel-layout advice for a model on a cluster (formulas in docs/plan.md)."""
     from mwb.core.config import ConfigError, RunConfig, apply_sets, load_yaml, update
     from mwb.core.plan import HARDWARE, Constraints, Workload, plan as run_plan
@@ -87,20 +89,25 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
     if m.position_embedding == "learned" and seq > m.max_position_embeddings:
         raise ConfigError(f"--seq-length {seq} exceeds model.max_position_embeddings {m.max_position_embeddings}; "
                           f"raise it with --set model.max_position_embeddings={seq}")
-    if precision is None:
-        precision = cfg.train.precision if cfg.train.precision != "fp32" else "bf16"
+    if precision is None:  # fp8 keeps bf16 weights and fp32 masters: bf16's memory
+        precision = cfg.train.precision if cfg.train.precision not in ("fp32", "fp8") else "bf16"
     hw = HARDWARE[hardware].with_(gpus_per_node=gpus_per_node, memory_gib=gpu_memory, peak_tflops=peak_tflops,
                                   intra_node_bw=intra_node_bw, inter_node_bw=inter_node_bw,
                                   efficiency=efficiency, memory_reserve_gib=memory_reserve, power_w=device_power)
     if hw.memory_reserve_gib >= hw.memory_gib:
         raise ConfigError(f"--memory-reserve {hw.memory_reserve_gib:g} GiB leaves nothing of --gpu-memory "
                           f"{hw.memory_gib:g} GiB")
-    workload = Workload(gpus, global_batch_size or cfg.train.global_batch_size, precision)
+    from mwb.core.training.rampup import BatchRampup
+    gbs = global_batch_size or cfg.train.global_batch_size
+    ramp = BatchRampup.from_config(list(rampup_batch_size) if rampup_batch_size else cfg.train.rampup_batch_size,
+                                   gbs)
+    workload = Workload(gpus, gbs, precision, (ramp.start, ramp.increment, ramp.samples) if ramp else None)
     constraints = Constraints(tp=tp, pp=pp, vpp=vpp, ep=ep, sp=sp, recompute=recompute,
                               distributed_optimizer=distributed_optimizer, micro_batch_size=micro_batch_size,
                               flash_attention=flash_attention)
     result = run_plan(m, workload, hw, constraints, seq)
-    tokens = train_tokens or float(cfg.train.steps) * workload.global_batch_size * seq
+    steps_samples = ramp.consumed_after(cfg.train.steps) if ramp else cfg.train.steps * workload.global_batch_size
+    tokens = train_tokens or float(steps_samples) * seq
     energy = energy_estimate(result, tokens, cfg.energy.grid_gco2_per_kwh if grid_gco2 is None else grid_gco2, pue)
     if as_json:
         out = to_dict(result, top)

@@ -8,8 +8,8 @@ import click
 from .options import build_config, default_out, training_options
 
 DATA_HELP = """
-Data: with no --data, the bundled public-domain corpus (mwb/data/corpus) is tokenized on first use into the
-cache ($MWB_CACHE, default ~/.cache/mwb) and reused afterwards. --data takes Megatron-style prefixes with
+Data: with no --data, the bundled public-domain corpus (mwb/data/corpus) is tokenized on first use (with
+--tokenizer when given) into the cache ($MWB_CACHE, default ~/.cache/mwb) and reused afterwards. --data takes Megatron-style prefixes with
 optional weights: `--data P` or `--data 0.3 P1 0.7 P2` (each P names P.bin/P.idx from `mwb preprocess`),
 with --tokenizer. `--data synthetic` trains on a deterministic arithmetic token stream (no files; tests).
 """

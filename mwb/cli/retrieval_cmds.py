@@ -124,7 +124,9 @@ def dpr(data, valid, hard_negatives, **kw):
 @click.command(name="e2e-qa", help="Train a retriever and a reader jointly for open-domain QA (Sachan et al. 2021): "
                "retrieve the top-k passages from the current index, add the reader's loss and the retriever's "
                "(EMDR2, or the individual top-k marginal likelihood), refresh the evidence index every N steps "
-               "(synchronously, or on --indexer-ranks R extra ranks).\n\n"
+               "(synchronously, or on --indexer-ranks R extra ranks); --method pipeline keeps the retriever fixed "
+               "and trains the reader alone (the baseline). The retriever keeps the scoring it was trained with "
+               "(normalisation, temperature, query and passage lengths).\n\n"
                "With no arguments: the minilm-l6 bi-encoder, an extractive reader from minilm-l6 (individual) "
                "or a tiny T5 FiD reader (emdr2), the bundled Wikipedia passages and questions (fixed held-out "
                "split). Writes OUT/results.json (held-out top-k and EM before and after) and "
@@ -132,7 +134,8 @@ def dpr(data, valid, hard_negatives, **kw):
 @training_options
 @click.option("--retriever", default=None, help="Retriever weights: minilm-l6 (default), a BERT or bi-encoder checkpoint.")
 @click.option("--reader", default=None, help="Reader checkpoint (BERT: extractive, T5: FiD, GPT: causal); default per --method.")
-@click.option("--method", type=click.Choice(["individual", "emdr2"]), default="individual", show_default=True)
+@click.option("--method", type=click.Choice(["individual", "emdr2", "pipeline"]), default="individual",
+              show_default=True)
 @click.option("--top-k", "top_k", type=int, default=4, show_default=True, help="Passages retrieved per question.")
 @click.option("--evidence", default=None, type=click.Path(), help="Evidence TSV (id<TAB>text<TAB>title).")
 @click.option("--questions", default=None, type=click.Path(),
@@ -149,6 +152,7 @@ def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every,
     from mwb.core.config import RunConfig, update
     from mwb.core.presets import apply_preset
     from mwb.retrieval.e2e.refresh import RefreshConfig
+    from mwb.retrieval.e2e.scoring import keep_passage_length
     from mwb.retrieval.e2e.train import DEFAULTS, plan_run, train_e2e
 
     out = kw.get("out") or default_out("finetune-e2e-qa")
@@ -156,5 +160,5 @@ def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every,
     base, plan = plan_run(base, retriever, reader, method, top_k, evidence, questions,
                           RefreshConfig(every=refresh_every, indexer_ranks=indexer_ranks), reader_length,
                           eval_questions)
-    cfg = build_config(None, kw, base=base)
+    cfg = keep_passage_length(build_config(None, kw, base=base), plan)
     train_e2e(cfg, plan, out, kw.get("nproc"), kw.get("resume", False))

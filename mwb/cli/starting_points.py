@@ -18,7 +18,8 @@ from .options import default_out
 
 PRETRAIN_FOR = {"bert": "pretrain-bert", "gpt": "pretrain-gpt", "t5": "pretrain-t5"}
 FINETUNE_DEFAULTS = {
-    "train": {"steps": 1, "micro_batch_size": 4, "global_batch_size": 16, "eval_interval": 0, "save_interval": 0},
+    "train": {"steps": 1, "micro_batch_size": 4, "global_batch_size": 16, "eval_interval": 0, "save_interval": 0,
+              "rampup_batch_size": None},  # a pretraining run's batch ramp-up is not the fine-tune's
     "optim": {"lr": 1e-4, "warmup_steps": 0, "decay_steps": None, "lr_schedule": "linear", "min_lr": 0.0,
               "weight_decay": 0.01},
 }

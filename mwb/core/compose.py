@@ -9,27 +9,34 @@ Hugging Face mapping. This module composes them:
   initialisation. Building on the meta device first means no rank ever allocates the unsharded model.
 * :func:`full_state` / :func:`load_full_model` — one process, whole model, from any way a user names one:
   a run directory, its ``checkpoints`` directory, a ``step_N`` directory, a consolidated ``.safetensors``
-  file or a Hugging Face model directory (``config.json``; converted on the fly).
+  file or a Hugging Face model directory (``config.json``; converted on the fly). A LoRA run's checkpoint
+  holds only its adapters (and what else trained) and names its base: the base is read and the adapters
+  merged into it, so serving, generation, evaluation and conversion see an ordinary model.
+* :func:`export_lora` — a LoRA run as a merged Hugging Face model or as a PEFT adapter directory.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 import torch
 from torch import nn
 
-from .checkpoint.consolidate import mwb_state, write_consolidated
+from .checkpoint.consolidate import lora_metadata, mwb_state, write_consolidated
 from .checkpoint.reader import copy_full_tensors
-from .config import ModelConfig, RunConfig
-from .convert import is_hf_dir, load_hf
-from .errors import CheckpointError
+from .checkpoint.shards import canonical, unpadded_shape
+from .config import LoRAConfig, ModelConfig, RunConfig
+from .convert import ConversionError, family_for_mwb, is_hf_dir, load_hf, model_dict, state_to_hf
+from .convert.peft import write_peft_dir
+from .errors import CheckpointError, MwbError
 from .models.arch import make_model
 from .models.init import initialize
 from .models.transformer import padded_vocab_size
 from .named_models import local_checkpoint
 from .parallel.context import parallelize_context
 from .parallel.expert import parallelize_experts
+from .parallel.lora import is_adapter, merge_adapters
 from .parallel.state import single_process_state
 from .parallel.tensor_parallel import parallelize_tensor
 
@@ -86,7 +93,70 @@ def full_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
     path = os.path.abspath(os.path.expanduser(str(local_checkpoint(path))))
     if is_hf_dir(path):
         return load_hf(path)
-    return mwb_state(path)
+    cfg, vocab, tensors, tok = mwb_state(path)
+    if not cfg.lora.rank:
+        return cfg, vocab, tensors, tok
+    base, base_tok = lora_base(path, cfg, vocab)
+    try:
+        merged = merge_adapters({**base, **tensors}, cfg.lora.scale)
+    except KeyError as e:
+        raise CheckpointError(f"{path}: a LoRA adapter's base weight {e.args[0]} is not in its base model") from None
+    return replace(cfg, lora=LoRAConfig()), vocab, merged, tok or base_tok
+
+
+# the dtype a run builds its (frozen) base in, by train.precision
+_BASE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+
+
+def lora_base(path: str, cfg: RunConfig, vocab: int) -> tuple[dict, Optional[str]]:
+    """({name in the run's model: global tensor}, tokenizer) of the base a LoRA run at ``path`` adapts: the
+    checkpoint it names (any form :func:`full_state` reads, itself possibly a LoRA run), placed at each
+    prefix where the run's model holds it, or the seeded initialisation of ``cfg.model`` when it names none
+    (``mwb pretrain --lora``)."""
+    info = lora_metadata(path) or {}
+    base = info.get("base")
+    if base is None:
+        model = build_model(cfg.model, single_process_state(), vocab, cfg.train.seed,
+                            dtype=_BASE_DTYPES.get(cfg.train.precision))
+        tensors = {}
+        for name, p in model.named_parameters():
+            canon = canonical(name, cfg.model.tie_embeddings)
+            shape = unpadded_shape(canon, p, vocab)
+            tensors.setdefault(canon, p.detach()[tuple(slice(0, n) for n in shape)].clone())
+        return tensors, None
+    try:
+        _, base_vocab, tensors, tok = full_state(base)
+    except MwbError as e:
+        raise CheckpointError(f"{path} is a LoRA run on the base {base}, which cannot be read: {e}") from None
+    if base_vocab != vocab:
+        raise CheckpointError(f"{path} is a LoRA run with vocabulary size {vocab}, but its base {base} has "
+                              f"{base_vocab}")
+    out = {}
+    for prefix in info.get("prefixes") or [""]:
+        out.update({prefix + k: v for k, v in tensors.items()})
+    return out, tok
+
+
+def export_lora(src: str, dst: str, peft: bool = False, overwrite: bool = False) -> tuple[str, str]:
+    """A LoRA run → a Hugging Face directory with the adapters merged (default) or, with ``peft``, a PEFT
+    adapter directory for the base's Hugging Face export; returns (dst, family)."""
+    src = os.path.abspath(os.path.expanduser(str(local_checkpoint(src))))
+    if is_hf_dir(src):
+        raise ConversionError(f"{src} is a Hugging Face model, not a LoRA run")
+    cfg, vocab, own, tok = mwb_state(src)
+    if not cfg.lora.rank:
+        raise ConversionError(f"{src} is not a LoRA run (it has no adapters): `mwb convert {src} OUT` exports it")
+    info = lora_metadata(src) or {}
+    if not peft:
+        merged_cfg, vocab, merged, tok = full_state(src)
+        return state_to_hf(merged_cfg, vocab, merged, tok, dst, info.get("base") or src, overwrite)
+    family = family_for_mwb(model_dict(cfg))
+    others = sorted(k for k in own if not is_adapter(k))
+    if others or (info.get("prefixes") or [""]) != [""]:
+        what = ", ".join(others[:3]) or "adapters inside a task model"
+        raise ConversionError(f"{src} trained more than adapters on a language model ({what}); a PEFT adapter "
+                              f"directory holds adapters only: use --merge")
+    return write_peft_dir(dst, family.NAME, own, cfg.lora, info.get("base"), overwrite), family.NAME
 
 
 def build_full_model(cfg: RunConfig, vocab: int, tensors: dict, device="cpu",

@@ -135,7 +135,7 @@ class TrainConfig:
     global_batch_size: int = 8
     seq_length: int = 128
     seed: int = 1234
-    precision: str = "fp32"  # fp32 | bf16 | fp16
+    precision: str = "fp32"  # fp32 | bf16 | fp16 | fp8 (bf16 weights, fp8 GEMMs inside the blocks)
     initial_loss_scale: float = 2.0**16
     min_loss_scale: float = 1.0
     loss_scale_window: int = 1000
@@ -146,6 +146,9 @@ class TrainConfig:
     keep_last: int = 0  # 0 = keep all
     out: Optional[str] = None
     compile: bool = False  # torch.compile each transformer block (opt-in; first steps pay the compile)
+    # Megatron's --rampup-batch-size [start, increment, samples]: the global batch grows from start to
+    # global_batch_size by increment every samples / ((global_batch_size - start) / increment) samples
+    rampup_batch_size: Optional[list] = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,23 @@ class EnergyConfig:
 
 
 @dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (Hu et al. 2021) on the blocks' linear layers; ``rank`` 0 means off.
+
+    ``targets`` names Megatron's four linear layers: ``qkv`` (q/k/v projections), ``proj`` (attention
+    output), ``fc1`` (MLP up, and gate for gated MLPs), ``fc2`` (MLP down). The adapter output is
+    ``alpha / rank · B·A·x``; ``alpha`` None means ``rank`` (scale 1). The base weights are frozen."""
+    rank: int = 0
+    alpha: Optional[float] = None
+    dropout: float = 0.0
+    targets: str = "qkv,proj,fc1,fc2"
+
+    @property
+    def scale(self) -> float:
+        return (self.alpha if self.alpha is not None else float(self.rank)) / max(self.rank, 1)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -186,6 +206,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     energy: EnergyConfig = field(default_factory=EnergyConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
 
 # ----------------------------------------------------------------------------------------------- overrides

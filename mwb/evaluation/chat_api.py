@@ -1,11 +1,9 @@
-"""OpenAI's ``POST /v1/chat/completions`` over :func:`~mwb.evaluation.generation.generate`: messages are rendered
+"""OpenAI's ``POST /v1/chat/completions`` through the serving engine (:mod:`.engine`): messages are rendered
 with the model's chat format (:mod:`.chat_format`), the reply is generated like a completion and returned as
 a ``chat.completion``, or streamed as ``chat.completion.chunk`` server-sent events ending ``data: [DONE]``.
 
-Streaming sends text as it is decoded, with two hold-backs so nothing sent is ever taken back: text that
-could be the beginning of a stop string (it is sent once the string cannot form any more), and a trailing
-incomplete UTF-8 character (``\\ufffd`` from a token that ends mid-character). The finishing chunk of each
-choice (empty delta, ``finish_reason``) comes when the whole request is done; with
+Streaming sends text as it is decoded, never taking back what was sent (:mod:`.streaming`). The finishing
+chunk of each choice (empty delta, ``finish_reason``) comes when the whole request is done; with
 ``stream_options.include_usage`` a last chunk carries the token counts.
 """
 from __future__ import annotations
@@ -16,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .chat_format import message_text
-from .generation import Generation, SamplingParams, generate
+from .sampling import SamplingParams
+from .streaming import DeltaStreamer
 
 ROLES = ("system", "user", "assistant", "developer")
 
@@ -77,42 +76,13 @@ def parse_chat_request(body: Any, chat_format, lm, limits, number, request_error
     return ChatRequest(prompt, params, stream, bool(options.get("include_usage")))
 
 
-class _Streamer:
-    """Turns ``generate``'s per-step callbacks into content deltas that are never retracted."""
-
-    def __init__(self, lm, stops, send: Callable[[dict], None], chunk: Callable[[list], dict]) -> None:
-        self.lm, self.send, self.chunk = lm, send, chunk
-        self.hold = max((len(s) for s in stops if s), default=1) - 1
-        self.sent: dict[int, int] = {}
-
-    def _emit(self, index: int, text: str) -> None:
-        start = self.sent.get(index)
-        if start is None:
-            self.send(self.chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
-                                   "logprobs": None, "finish_reason": None}]))
-            start = self.sent[index] = 0
-        if len(text) > start:
-            self.send(self.chunk([{"index": index, "delta": {"content": text[start:]}, "logprobs": None,
-                                   "finish_reason": None}]))
-            self.sent[index] = len(text)
-
-    def step(self, index: int, out: Generation) -> None:
-        text = self.lm.decode(out.tokens)
-        safe = len(text) - self.hold
-        while safe > 0 and text[safe - 1] == "\ufffd":  # a character still being decoded
-            safe -= 1
-        self._emit(index, text[:max(safe, self.sent.get(index, 0))])
-
-    def finish(self, index: int, out: Generation) -> None:
-        self._emit(index, out.text)  # the final text: stop strings already cut off
-        self.send(self.chunk([{"index": index, "delta": {}, "logprobs": None,
-                               "finish_reason": out.finish_reason}]))
-
-
 def chat_completion(service, body: Any, send: Optional[Callable[[dict], None]] = None,
-                    number=None, request_error=ValueError) -> Optional[dict]:
+                    number=None, request_error=ValueError,
+                    alive: Callable[[], bool] = lambda: True) -> Optional[dict]:
     """Answer one chat request: the ``chat.completion`` object, or (``stream``) every chunk through ``send``
-    and ``None``. ``service``: the server's model holder (``lm``, ``lock``, ``limits``, ``chat_format``)."""
+    and ``None``. ``service``: the server's model holder (``lm``, ``limits``, ``chat_format``, and
+    ``run(prompts, params, echo, streamer, alive)``, which generates through the serving engine);
+    ``alive()`` says whether the client is still connected."""
     req = parse_chat_request(body, service.chat_format, service.lm, service.limits, number, request_error)
     if req.stream and send is None:
         raise request_error("streaming needs a server that can stream")
@@ -120,13 +90,17 @@ def chat_completion(service, body: Any, send: Optional[Callable[[dict], None]] =
     head = {"id": rid, "created": created, "model": service.model_name}
     streamer = None
     if req.stream:
-        streamer = _Streamer(service.lm, req.params.stop, send,
-                             lambda choices: {**head, "object": "chat.completion.chunk", "choices": choices})
-    with service.lock:
-        try:
-            gens = generate(service.lm, [req.prompt], req.params, on_token=streamer.step if streamer else None)
-        except ValueError as e:  # e.g. the conversation is longer than the model's context
-            raise request_error(str(e)) from None
+        def chunk(choice: dict) -> dict:
+            return {**head, "object": "chat.completion.chunk", "choices": [choice]}
+
+        def delta(index: int, text: str, first: bool) -> dict:
+            d = {"role": "assistant", "content": ""} if first else {"content": text}
+            return chunk({"index": index, "delta": d, "logprobs": None, "finish_reason": None})
+
+        streamer = DeltaStreamer(service.lm, req.params.stop, send, delta,
+                                 lambda index, reason: chunk({"index": index, "delta": {}, "logprobs": None,
+                                                              "finish_reason": reason}))
+    gens = service.run([req.prompt], req.params, False, streamer, alive)
     n_prompt = len(gens[0].prompt_tokens)
     n_done = sum(len(g.tokens) for g in gens)
     usage = {"prompt_tokens": n_prompt, "completion_tokens": n_done, "total_tokens": n_prompt + n_done}

@@ -77,6 +77,8 @@ class LanguageModel:
                position_ids: Optional[torch.Tensor] = None,
                attention_mask: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
         """fp32 logits ``[b, s, vocab_size]`` for ``tokens [b, s]``; identical on every TP rank.
+        ``cache``: a concatenating :class:`KVCache`, or a :class:`~mwb.core.models.kv_cache.PreallocatedKVCache`
+        (then pass the ``position_ids`` its ``begin`` returned; it supplies the attention mask itself).
         ``attention_mask [b, cached + s]`` (true = real token) is for left-padded batches; ``last_only``
         gives the last position's logits only, ``[b, 1, vocab_size]``."""
         kw = {} if attention_mask is None else {"attention_mask": attention_mask.to(self.device)}

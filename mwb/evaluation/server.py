@@ -1,144 +1,100 @@
-"""An OpenAI-compatible server (``POST /v1/completions``, ``POST /v1/chat/completions`` with streaming,
-``GET /v1/models``) on the standard library's ``ThreadingHTTPServer``.
+"""An OpenAI-compatible server (``POST /v1/completions`` and ``POST /v1/chat/completions``, both with
+streaming, ``GET /v1/models``) on the standard library's ``ThreadingHTTPServer``, generating through the
+serving engine (:mod:`.engine`).
 
-Why the standard library: no extra dependency, and the protocol is small. Each connection gets a thread,
-but the model runs under one lock, so requests are queued rather than interleaved (a KV cache or a TP
-collective must never see two requests at once). Every request is validated before the model is touched
-— JSON types, prompt size, ``max_tokens`` bound, list lengths — and answered with HTTP 400 and
-``{"error": {"message", "type"}}`` when invalid; any other failure is a 500 with the same shape, so a bad
-request can never bring the server down. It binds 127.0.0.1 unless told otherwise.
+Why the standard library: no extra dependency, and the protocol is small. Each connection gets a thread;
+the threads hand requests to the engine, whose one scheduler thread batches them as they arrive
+(continuous batching), and wait for their completions or stream them. Every request is validated before
+the model is touched (:mod:`.openai_requests`) and answered with HTTP 400 and ``{"error": {"message",
+"type"}}`` when invalid; a full queue is a 429 of the same shape, any other failure a 500, so a bad request
+can never bring the server down. A client that disconnects (seen while waiting, or on a failed write) has
+its rows freed at the engine's next step. It binds 127.0.0.1 unless told otherwise.
 
 Log-probabilities follow the OpenAI/lm-evaluation-harness convention: with ``echo: true`` the prompt's
 tokens come first and the first one has ``null`` log-probability (nothing precedes it).
 
 Chat requests (:mod:`.chat_api`) are rendered with the model's chat template, or the plain format when it
-has none (:mod:`.chat_format`); ``"stream": true`` answers with server-sent events (``data: {...}`` chunks,
+has none (:mod:`.chat_format`). ``"stream": true`` answers with server-sent events (``data: {...}`` chunks,
 then ``data: [DONE]``) in HTTP/1.1 chunked transfer encoding, so the connection stays usable afterwards.
 """
 from __future__ import annotations
 
 import json
-import threading
+import select
+import socket
 import time
 import uuid
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Callable, Optional
 
 from .chat_api import chat_completion
 from .chat_format import ChatFormat
-from .generation import SamplingParams, generate
+from .engine import EngineConfig, QueueFull, ServingEngine
+from .openai_requests import CompletionRequest, Limits, RequestError, _num, parse_request
+from .sampling import Generation, SamplingParams
+from .streaming import DeltaStreamer
+
+__all__ = ["CompletionService", "Limits", "RequestError", "make_server", "parse_request"]
 
 
-class RequestError(ValueError):
-    """A request the client must fix (HTTP 400)."""
+class ClientGone(ConnectionResetError):
+    """The client closed its connection before its answer was complete."""
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask for; anything beyond is a 400, not a slow or crashed server."""
-    max_body_bytes: int = 4 << 20
-    max_prompt_chars: int = 100_000
-    max_prompts: int = 64
-    max_tokens: int = 2048
-    max_logprobs: int = 20
-    max_stops: int = 4
+def peer_closed(sock) -> bool:
+    """Whether the client has closed ``sock`` (readable with nothing to read), without consuming data."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except (OSError, ValueError):
+        return True
 
 
-def _num(body: dict, key: str, default, lo: float, hi: float, integer: bool = False):
-    v = body.get(key, default)
-    if v is None:
-        return default
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if not ok or isinstance(v, bool):
-        raise RequestError(f"'{key}' must be {'an integer' if integer else 'a number'}, got {json.dumps(v)}")
-    if not lo <= v <= hi:
-        raise RequestError(f"'{key}' must be between {lo} and {hi}, got {v}")
-    return v
-
-
-def _prompts(body: dict, lm, limits: Limits) -> list:
-    """``prompt``: a string, a list of strings, a list of token ids or a list of such lists."""
-    if "prompt" not in body:
-        raise RequestError("'prompt' is required")
-    p = body["prompt"]
-    if isinstance(p, str):
-        items = [p]
-    elif isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-        items = [p]
-    elif isinstance(p, list):
-        items = p
-    else:
-        raise RequestError("'prompt' must be a string, a list of strings or a list of token-id lists")
-    if not items:
-        raise RequestError("'prompt' must not be an empty list")
-    if len(items) > limits.max_prompts:
-        raise RequestError(f"at most {limits.max_prompts} prompts per request, got {len(items)}")
-    for item in items:
-        if isinstance(item, str):
-            if len(item) > limits.max_prompt_chars:
-                raise RequestError(f"a prompt has {len(item)} characters; the limit is {limits.max_prompt_chars}")
-        elif isinstance(item, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in item):
-            if len(item) > lm.max_length:
-                raise RequestError(f"a prompt has {len(item)} tokens; the model takes at most {lm.max_length}")
-            if any(not 0 <= t < lm.vocab_size for t in item):
-                raise RequestError(f"prompt token ids must be in [0, {lm.vocab_size})")
-        else:
-            raise RequestError("each prompt must be a string or a list of integer token ids")
-    return items
-
-
-def parse_request(body: Any, lm, limits: Limits) -> tuple[list, SamplingParams, bool, int]:
-    """(prompts, sampling parameters, echo, logprobs) from a decoded JSON body, or a RequestError."""
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    prompts = _prompts(body, lm, limits)
-    max_tokens = _num(body, "max_tokens", 16, 0, limits.max_tokens, integer=True)
-    temperature = _num(body, "temperature", 1.0, 0.0, 2.0)
-    top_p = _num(body, "top_p", 1.0, 0.0, 1.0)
-    if top_p == 0:
-        raise RequestError("'top_p' must be greater than 0")
-    top_k = _num(body, "top_k", 0, 0, lm.vocab_size, integer=True)
-    logprobs = _num(body, "logprobs", 0, 0, limits.max_logprobs, integer=True)
-    seed = _num(body, "seed", None, -(1 << 63), (1 << 63) - 1, integer=True)
-    stop = body.get("stop")
-    if stop is None:
-        stop = []
-    elif isinstance(stop, str):
-        stop = [stop]
-    elif not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-        raise RequestError("'stop' must be a string or a list of strings")
-    if len(stop) > limits.max_stops:
-        raise RequestError(f"at most {limits.max_stops} stop strings, got {len(stop)}")
-    echo = body.get("echo", False)
-    if not isinstance(echo, bool):
-        raise RequestError("'echo' must be true or false")
-    n = _num(body, "n", 1, 1, limits.max_prompts, integer=True)
-    if len(prompts) * n > limits.max_prompts:
-        raise RequestError(f"at most {limits.max_prompts} completions per request (prompts × n), "
-                           f"got {len(prompts) * n}")
-    if body.get("best_of", n) != n:
-        raise RequestError("only best_of = n is supported")
-    if body.get("stream"):
-        raise RequestError("streaming is not supported: send 'stream': false")
-    params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k,
-                            top_p=float(top_p), stop=tuple(stop), seed=seed,
-                            top_logprobs=logprobs if logprobs else 0, n=n)
-    return prompts, params, echo, body.get("logprobs") is not None
+def _usage(gens: list[Generation], n: int) -> dict:
+    """Token counts of a request's completions (each prompt counted once, not once per sample)."""
+    n_prompt = sum(len(g.prompt_tokens) for g in gens[::n])
+    n_done = sum(len(g.tokens) for g in gens)
+    return {"prompt_tokens": n_prompt, "completion_tokens": n_done, "total_tokens": n_prompt + n_done}
 
 
 class CompletionService:
-    """The model behind a lock, and the translation between OpenAI JSON and :func:`generate`."""
+    """The engine behind the endpoints, and the translation between OpenAI JSON and its completions."""
 
     def __init__(self, lm, model_name: str = "mwb", limits: Limits = Limits(),
-                 chat_format: ChatFormat = ChatFormat()) -> None:
+                 chat_format: ChatFormat = ChatFormat(), engine: Optional[ServingEngine] = None) -> None:
         self.lm, self.model_name, self.limits, self.chat_format = lm, model_name, limits, chat_format
-        self.lock = threading.Lock()
+        self.engine = engine or ServingEngine(lm)
         self.created = int(time.time())
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.created,
                                             "owned_by": "mwb"}]}
+
+    def run(self, prompts: list, params: SamplingParams, echo: bool, streamer: Optional[DeltaStreamer],
+            alive: Callable[[], bool]) -> list[Generation]:
+        """Generate through the engine: streamed to ``streamer`` or waited for; cancelled (and ClientGone
+        raised) when ``alive()`` turns false or a write fails. QueueFull when the queue is full."""
+        try:
+            req = self.engine.submit(prompts, params, echo=echo, stream=streamer is not None)
+        except ValueError as e:  # e.g. a prompt longer than the model's context
+            raise RequestError(str(e)) from None
+        try:
+            if streamer is not None:
+                for index, tokens in req.stream(alive=alive):
+                    streamer.step(index, tokens)
+            else:
+                while not req.done.wait(0.05):
+                    if not alive():
+                        break
+        except BaseException:
+            req.cancel()
+            raise
+        if not req.done.is_set() or req.cancelled:
+            req.cancel()
+            raise ClientGone("the client disconnected")
+        return req.result()
 
     def _token_str(self, t: int) -> str:
         return self.lm.decode([t])
@@ -154,17 +110,11 @@ class CompletionService:
             top = [None if d is None else {self._token_str(k): v for k, v in d.items()} for d in tops]
         return {"tokens": strs, "token_logprobs": lps, "top_logprobs": top, "text_offset": offsets}
 
-    def complete(self, body: Any) -> dict:
-        prompts, params, echo, want_logprobs = parse_request(body, self.lm, self.limits)
-        with self.lock:
-            try:
-                gens = generate(self.lm, prompts, params, echo_logprobs=echo and want_logprobs)
-            except ValueError as e:  # e.g. a prompt longer than the model's context
-                raise RequestError(str(e)) from None
-        choices, n_prompt, n_done = [], 0, 0
+    def complete(self, req: CompletionRequest, alive: Callable[[], bool] = lambda: True) -> dict:
+        params, echo, want_logprobs = req.params, req.echo, req.want_logprobs
+        gens = self.run(req.prompts, params, echo and want_logprobs, None, alive)
+        choices = []
         for i, g in enumerate(gens):
-            n_prompt += len(g.prompt_tokens) if i % params.n == 0 else 0  # each prompt counted once
-            n_done += len(g.tokens)
             text = (g.prompt + g.text) if echo else g.text
             lp = None
             if want_logprobs:
@@ -178,9 +128,29 @@ class CompletionService:
                     lp = self._logprobs(g.tokens, g.logprobs, tops, len(g.prompt))
             choices.append({"text": text, "index": i, "logprobs": lp, "finish_reason": g.finish_reason})
         return {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
-                "model": self.model_name, "choices": choices,
-                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_done,
-                          "total_tokens": n_prompt + n_done}}
+                "model": self.model_name, "choices": choices, "usage": _usage(gens, params.n)}
+
+    def stream_complete(self, req: CompletionRequest, send: Callable[[dict], None],
+                        alive: Callable[[], bool] = lambda: True) -> None:
+        """``/v1/completions`` with ``stream``: ``text_completion`` chunks with text deltas per choice (the
+        prompt first with ``echo``), then each choice's ``finish_reason``, then (``include_usage``) the counts."""
+        head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
+                "model": self.model_name}
+        n = req.params.n
+        prompts = [p if isinstance(p, str) else self.lm.decode(p) for p in req.prompts]
+
+        def chunk(index: int, text: str, reason: Optional[str]) -> dict:
+            return {**head, "choices": [{"text": text, "index": index, "logprobs": None, "finish_reason": reason}]}
+
+        streamer = DeltaStreamer(self.lm, req.params.stop, send,
+                                 lambda i, text, first: (chunk(i, text, None) if text else None),
+                                 lambda i, reason: chunk(i, "", reason),
+                                 prefix=lambda i: prompts[i // n] if req.echo else "")
+        gens = self.run(req.prompts, req.params, False, streamer, alive)
+        for i, g in enumerate(gens):
+            streamer.finish(i, g)
+        if req.include_usage:
+            send({**head, "choices": [], "usage": _usage(gens, n)})
 
 
 def _handler(service: CompletionService, quiet: bool):
@@ -192,16 +162,22 @@ def _handler(service: CompletionService, quiet: bool):
             if not quiet:
                 super().log_message(fmt, *args)
 
-        def _send(self, code: int, obj: dict) -> None:
+        def _send(self, code: int, obj: dict, headers: Optional[dict] = None) -> None:
             data = json.dumps(obj).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, code: int, message: str, kind: str = "invalid_request_error") -> None:
-            self._send(code, {"error": {"message": message, "type": kind}})
+        def _error(self, code: int, message: str, kind: str = "invalid_request_error",
+                   headers: Optional[dict] = None) -> None:
+            self._send(code, {"error": {"message": message, "type": kind}}, headers)
+
+        def _alive(self) -> bool:
+            return not peer_closed(self.connection)
 
         def do_GET(self):
             path = self.path.split("?")[0].rstrip("/")
@@ -212,9 +188,9 @@ def _handler(service: CompletionService, quiet: bool):
             else:
                 self._error(404, f"no route GET {self.path}", "not_found_error")
 
-        def _stream_chat(self, body) -> None:
-            """Chunked server-sent events; headers go out with the first chunk, so a request error found
-            before generation starts is still a plain 400."""
+        def _stream(self, produce: Callable[[Callable], None]) -> None:
+            """Chunked server-sent events from ``produce(send)``; headers go out with the first chunk, so an
+            error found before generation starts (a bad request, a full queue) is still a plain answer."""
             started = []
 
             def send(obj) -> None:
@@ -230,7 +206,7 @@ def _handler(service: CompletionService, quiet: bool):
                 self.wfile.flush()
 
             try:
-                chat_completion(service, body, send, _num, RequestError)
+                produce(send)
                 send(b"[DONE]")
             except (BrokenPipeError, ConnectionResetError):
                 raise
@@ -244,8 +220,15 @@ def _handler(service: CompletionService, quiet: bool):
 
         def _chat(self, body) -> None:
             if isinstance(body, dict) and body.get("stream") is True:
-                return self._stream_chat(body)
-            self._send(200, chat_completion(service, body, None, _num, RequestError))
+                return self._stream(lambda send: chat_completion(service, body, send, _num, RequestError,
+                                                                 self._alive))
+            self._send(200, chat_completion(service, body, None, _num, RequestError, self._alive))
+
+        def _complete(self, body) -> None:
+            req = parse_request(body, service.lm, service.limits)
+            if req.stream:
+                return self._stream(lambda send: service.stream_complete(req, send, self._alive))
+            self._send(200, service.complete(req, self._alive))
 
         def do_POST(self):
             path = self.path.split("?")[0].rstrip("/")
@@ -268,10 +251,12 @@ def _handler(service: CompletionService, quiet: bool):
                 if path == "/v1/chat/completions":
                     self._chat(body)
                 else:
-                    self._send(200, service.complete(body))
+                    self._complete(body)
             except RequestError as e:
                 self._error(400, str(e))
-            except (BrokenPipeError, ConnectionResetError):  # the client left mid-stream
+            except QueueFull as e:
+                self._error(429, str(e), "rate_limit_error", {"Retry-After": "1"})
+            except (BrokenPipeError, ConnectionResetError):  # the client left (its rows are freed)
                 self.close_connection = True
             except Exception as e:  # never let one request take the server down
                 self._error(500, f"{type(e).__name__}: {e}", "server_error")
@@ -279,12 +264,30 @@ def _handler(service: CompletionService, quiet: bool):
     return Handler
 
 
+class OpenAIServer(ThreadingHTTPServer):
+    """The HTTP server; ``engine`` is the serving engine behind it, closed with the server."""
+    daemon_threads = True
+    request_queue_size = 256  # listen backlog: many clients connect at once (the stdlib default is 5)
+    engine: ServingEngine
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.engine.close()
+
+
 def make_server(lm, host: str = "127.0.0.1", port: int = 8000, model_name: str = "mwb",
                 limits: Limits = Limits(), quiet: bool = False,
-                chat_format: Optional[ChatFormat] = None) -> ThreadingHTTPServer:
+                chat_format: Optional[ChatFormat] = None, engine_config: EngineConfig = EngineConfig(),
+                engine: Optional[ServingEngine] = None) -> OpenAIServer:
     """A bound (not yet serving) server; ``port=0`` picks a free port (see ``server.server_address``).
-    ``chat_format``: how chat messages become a prompt (default: the plain format)."""
-    service = CompletionService(lm, model_name, limits, chat_format or ChatFormat())
-    server = ThreadingHTTPServer((host, port), _handler(service, quiet))
-    server.daemon_threads = True
+    ``chat_format``: how chat messages become a prompt (default: the plain format). ``engine``: a serving
+    engine to use (default: one started here with ``engine_config``)."""
+    engine = engine or ServingEngine(lm, engine_config)
+    service = CompletionService(lm, model_name, limits, chat_format or ChatFormat(), engine)
+    try:
+        server = OpenAIServer((host, port), _handler(service, quiet))
+    except OSError:
+        engine.close()
+        raise
+    server.engine = engine
     return server

@@ -32,11 +32,9 @@ def prepare_data(cfg: RunConfig, log=print) -> DataPlan:
     arch, data = cfg.model.arch, cfg.data.data
     if data and len(data) == 1 and str(data[0]) == SYNTHETIC:
         return DataPlan([SYNTHETIC], None, cfg.model.vocab_size or 512)
-    if not data:
+    if not data:  # the bundled corpus, tokenized with the run's tokenizer (--tokenizer, else the bundled one)
         from mwb.core.data.bundled import default_data
-        data, tok_path = default_data(arch)
-        if cfg.data.tokenizer:
-            tok_path = cfg.data.tokenizer
+        data, tok_path = default_data(arch, tokenizer=cfg.data.tokenizer or None)
     elif pubmed.is_named(data):  # --data pubmed | pubmed-uncased | pubmed-general: real MEDLINE abstracts
         data, tok_path = pubmed.named_data(str(data[0]))
     else:

@@ -12,7 +12,7 @@ Modules (see docs/retrieval.md):
 ``index``      sharded, cached passage embeddings; :class:`DenseIndex` (faiss Flat/IVF/HNSW)
 ``bm25``       :class:`BM25Retriever` (bm25s)
 ``matching``   DPR's answer matching (:func:`has_answer`) and top-k accuracy
-``system``     the QA retrieval system (evidence + DPR index + BM25) that ``mwb eval qa`` (mwb/tasks/qa.py) scores
+``system``     the QA retrieval system (evidence + DPR index + BM25) that ``mwb eval qa`` (mwb/tasks/qa/) scores
 ``text``       evidence / question readers and DPR-style tokenisation
 ``e2e``        joint retriever + reader training (EMDR2, individual top-k), the refreshed evidence index
 

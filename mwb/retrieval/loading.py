@@ -109,6 +109,8 @@ def _open_hf(path: str) -> EncoderSource:
                               f"{' …' if len(missing) > 3 else ''}")
     st = _sentence_transformers_settings(path)
     ctx = min(int(st.pop("context_length", 256)), int(model["max_position_embeddings"]))
+    if st.get("normalize"):  # cosine scores: sentence-transformers trains them ×20 (MultipleNegativesRankingLoss)
+        st.update(score_scale="temperature", temperature=0.05)
     rcfg = RetrievalConfig(shared=True, query_length=min(64, ctx), context_length=ctx, **st)
     what = "sentence-transformers" if st else "Hugging Face BERT"
     desc = (f"{what} encoder {path} ({model['num_layers']} layers, hidden {model['hidden_size']}, "

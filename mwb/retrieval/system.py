@@ -1,5 +1,5 @@
 """An open-domain QA retrieval system over an evidence corpus: DPR (dense, faiss) and BM25, built once per
-process; the ``qa`` task (:mod:`mwb.tasks.qa`) evaluates it.
+process; the ``qa`` task (:mod:`mwb.tasks.qa.retrieval`) evaluates it.
 
 Building the system is where the corpus is indexed: every rank embeds its slice of the evidence
 (:func:`.index.embed_evidence`), and the embeddings and the faiss index are cached and reused by later runs.

@@ -87,9 +87,7 @@ def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], v
         from .loading import open_source
         source = open_source(checkpoint)
     if source is not None and source.own_settings:
-        base = source.rcfg  # continue an earlier bi-encoder / a sentence-transformers model as it was
-        if source.kind == "hf" and base.normalize:  # cosine scores: sentence-transformers trains them ×20
-            base = base.replace(score_scale="temperature", temperature=0.05)
+        base = source.rcfg  # continue an earlier bi-encoder / a sentence-transformers model (cosine ×20) as it was
     elif source is None:
         base = FROM_SCRATCH
     elif kind in BLOCK_KINDS:

@@ -27,7 +27,7 @@ def _spawn(args):
 def _expected(ckpt, knowledge=None):
     from mwb.evaluation.chat_format import chat_format_for
     from mwb.evaluation.loading import load_language_model
-    from mwb.tasks.chat_session import ChatSession, ChatSettings, KnowledgeBase
+    from mwb.tasks.dialogue.chat_session import ChatSession, ChatSettings, KnowledgeBase
 
     _, lm = load_language_model(ckpt, device="cpu")
     session = ChatSession(lm, chat_format_for(lm.tokenizer.path), ChatSettings(max_tokens=12, temperature=0),

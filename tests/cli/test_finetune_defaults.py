@@ -4,7 +4,7 @@ lookup does not pick up a PubMed run."""
 import os
 
 import mwb.cli.starting_points as ft
-from mwb.tasks.registry import get_task
+from mwb.tasks.api.registry import get_task
 
 
 def _run(path, complete=True):

@@ -10,7 +10,7 @@ import torch
 from mwb.core.config import ModelConfig, RunConfig
 from mwb.core.compose import build_model
 from mwb.core.parallel import single_process_state
-DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "mwb", "tasks", "data")
+DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "mwb", "tasks", "lm", "bundled")
 
 LAMBADA = os.path.join(DATA_DIR, "lambada_sample.jsonl")
 WIKI = os.path.join(DATA_DIR, "wiki_sample.tokens")
@@ -122,7 +122,7 @@ def dist_worker(rank: int, world: int, tokenizer_path: str) -> dict:
     from mwb.evaluation.evaluator import evaluate
     from mwb.evaluation.generation import SamplingParams, generate
     from mwb.evaluation.lm import LanguageModel
-    from mwb.tasks.registry import get_task
+    from mwb.tasks.api.registry import get_task
 
     tok = load_tokenizer(tokenizer_path)
     out = {}

@@ -1,5 +1,6 @@
-"""Batched generation: left-padded batches give batch-1 results token for token (learned and rotary
-positions, one process and TP = 2, and T5's seq2seq path under TP = 2), each row stops on its own, seeded
+"""Batched generation: continuous batches on the preallocated KV cache (and the left-padded no-cache
+reference) give batch-1 results token for token (learned and rotary positions, one process and TP = 2, and
+T5's seq2seq path under TP = 2), each row stops on its own, seeded
 sampling is reproducible and does not depend on the batch, and the top-k / top-p filters act per row."""
 import json
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers.cli import run_cli
 from mwb.evaluation.evaluator import evaluate
-from mwb.tasks.registry import get_task
+from mwb.tasks.api.registry import get_task
 
 from .eval_helpers import save_checkpoint
 

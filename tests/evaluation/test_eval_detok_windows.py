@@ -4,8 +4,8 @@ import pytest
 from mwb.core.config import ConfigError
 from mwb.evaluation.detokenizers import detokenizer_for, wikitext_detokenizer
 from mwb.evaluation.windows import rolling_windows
-from mwb.tasks.base import Option, Task, parse_task_args
-from mwb.tasks.registry import get_task, list_tasks, register
+from mwb.tasks.api.base import Option, Task, parse_task_args
+from mwb.tasks.api.registry import get_task, list_tasks, register
 
 
 def test_wikitext_detokenizer_rules():

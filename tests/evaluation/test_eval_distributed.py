@@ -6,7 +6,7 @@ import pytest
 from mwb.evaluation.evaluator import evaluate
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.lm import LanguageModel
-from mwb.tasks.registry import get_task
+from mwb.tasks.api.registry import get_task
 from tests.helpers.distributed import run_ranks
 
 from .eval_helpers import PROMPTS, dist_worker, tiny_gpt

@@ -84,11 +84,41 @@ def test_echo_logprobs_equal_the_models(base_url, eval_lm):
     ({"prompt": "x", "stop": [1]}, "stop"),
     ({"prompt": "x", "echo": "yes"}, "echo"),
     ({"prompt": [10 ** 6]}, "token ids"),
+    ({"prompt": "x", "stream": True, "logprobs": 1}, "not streamed"),
+    ({"prompt": "x", "stream": "yes"}, "stream"),
     ([1, 2], "JSON object"),
 ])
 def test_invalid_requests_are_400_json(base_url, body, fragment):
     code, out = _post(base_url, body)
     assert code == 400 and out["error"]["type"] == "invalid_request_error" and fragment in out["error"]["message"]
+
+
+def _stream(url: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps({**body, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        events = [line[6:] for line in r.read().decode().split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_streamed_completions_add_up_to_the_completion(base_url, eval_lm):
+    body = {"prompt": ["The baker", "Tom searched"], "max_tokens": 10, "temperature": 0.9, "seed": 8, "n": 2,
+            "echo": True, "stop": [" the"]}
+    code, whole = _post(base_url, body)
+    events = _stream(base_url, {**body, "stream_options": {"include_usage": True}})
+    texts, reasons = {}, {}
+    for e in events[:-1]:
+        assert e["object"] == "text_completion" and len(e["choices"]) == 1
+        c = e["choices"][0]
+        texts[c["index"]] = texts.get(c["index"], "") + c["text"]
+        if c["finish_reason"]:
+            reasons[c["index"]] = c["finish_reason"]
+    assert code == 200 and [texts[i] for i in range(4)] == [c["text"] for c in whole["choices"]]
+    assert [reasons[i] for i in range(4)] == [c["finish_reason"] for c in whole["choices"]]
+    assert events[-1]["choices"] == [] and events[-1]["usage"] == whole["usage"]
+    assert whole["choices"][2]["text"].startswith("Tom searched")  # echo: the prompt, then the completion
 
 
 def test_malformed_json_and_unknown_route(base_url):
@@ -100,7 +130,7 @@ def test_malformed_json_and_unknown_route(base_url):
     assert e.value.code == 404 and "error" in json.loads(e.value.read())
 
 
-def test_concurrent_requests_are_queued(base_url):
+def test_concurrent_identical_requests_get_the_same_text(base_url):
     body = {"prompt": "Sam planted", "max_tokens": 8, "temperature": 0.8, "seed": 5}
     ref = _post(base_url, body)[1]["choices"][0]["text"]
     with ThreadPoolExecutor(6) as pool:

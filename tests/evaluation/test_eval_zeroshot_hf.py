@@ -9,7 +9,7 @@ import torch
 
 from mwb.evaluation.detokenizers import wikitext_detokenizer
 from mwb.evaluation.evaluator import evaluate
-from mwb.tasks.registry import get_task
+from mwb.tasks.api.registry import get_task
 
 from .eval_helpers import LAMBADA, WIKI, to_hf
 

@@ -91,7 +91,8 @@ def joint_run(layout: dict, world: int, tok_path: str, evidence_path: str, quest
 
     tok = load_tokenizer(tok_path)
     ev = read_evidence(evidence_path)
-    rcfg = RetrievalConfig(query_length=RCFG["query_length"], context_length=RCFG["context_length"])
+    rcfg = RetrievalConfig(query_length=RCFG["query_length"], context_length=RCFG["context_length"],
+                           score_scale=RCFG["score_scale"])  # EMDR2's q·d/√h on raw embeddings
     rc = RefreshConfig(**refresh)
     cfg = config(layout, steps)
     if rc.indexer_ranks and roles is None:

@@ -98,7 +98,10 @@ def test_individual_equals_hand_marginal_and_trains_both():
 def test_retriever_score_is_scaled_inner_product():
     q = torch.tensor([[1.0, 2.0, 0.0, 2.0]])
     d = torch.tensor([[[1.0, 1.0, 1.0, 1.0], [0.0, -1.0, 3.0, 0.5]]])
-    assert retriever_scores(q, d)[0].tolist() == pytest.approx([5.0 / 2, -1.0 / 2])
+    assert retriever_scores(q, d, 2.0)[0].tolist() == pytest.approx([5.0 / 2, -1.0 / 2])  # EMDR2: √h = 2
+    assert retriever_scores(q, d, 0.05)[0].tolist() == pytest.approx([5.0 / 0.05, -1.0 / 0.05])
+    with pytest.raises(ValueError, match="divisor"):
+        retriever_scores(q, d, 0.0)
 
 
 def test_shape_errors_name_the_shapes():

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..config import RunConfig, update
 from ..errors import CheckpointError
-from .format import MARKERS, METADATA, marked_dir, tokenizer_path
+from .format import MARKERS, METADATA, marked_dir, read_metadata, tokenizer_path
 from .reader import Checkpoint
 from .writer import config_tree
 
@@ -44,7 +44,7 @@ def resolve(path: str) -> str:
 
 def _config(tree: dict, vocab: int, tokenizer: Optional[str]) -> RunConfig:
     cfg = update(RunConfig(), {k: v for k, v in tree.items() if k in ("model", "parallel", "optim", "train",
-                                                                         "data", "logging")})
+                                                                         "data", "logging", "lora")})
     model = dict(vocab_size=vocab)
     data = {"tokenizer": tokenizer} if tokenizer else {}
     return update(cfg, {"model": model, "data": data})
@@ -61,6 +61,16 @@ def mwb_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
     tok = tokenizer_path(ck.directory, ck.meta)
     tensors = {name: ck.model_tensor(name) for name in ck.tensors}
     return _config(ck.meta.get("config") or {}, vocab, tok), vocab, tensors, tok
+
+
+def lora_metadata(path: str) -> Optional[dict]:
+    """What a LoRA run's checkpoint says about its adapters (``base``: the checkpoint they apply to, or None
+    for the seeded initialisation; ``prefixes``: where that model sits in the run's model; parameter counts),
+    or None for any other checkpoint."""
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    if os.path.isfile(path) and path.endswith(".safetensors"):  # consolidated files hold merged models
+        return None
+    return read_metadata(resolve(path)).get("lora")
 
 
 def write_consolidated(dst_file: str, cfg: RunConfig, vocab: int, tensors: dict) -> str:

@@ -115,11 +115,15 @@ class Checkpoint:
 
 
 def copy_full_tensors(chunks, get: Callable[[str], torch.Tensor], vocab: Optional[int], tied: bool,
-                      source: str = "checkpoint") -> None:
-    """Fill every parameter (and persistent buffer) of ``chunks`` from global tensors ``get(name)``."""
+                      source: str = "checkpoint", skip_frozen_base: bool = False) -> None:
+    """Fill every parameter (and persistent buffer) of ``chunks`` from global tensors ``get(name)``;
+    ``skip_frozen_base``: leave a LoRA run's frozen base parameters as they are (its checkpoints hold only
+    what trains)."""
     with torch.no_grad():
         for chunk in chunks:
             for name, p in chunk.named_parameters():
+                if skip_frozen_base and getattr(p, "lora_frozen", False):
+                    continue
                 canon = canonical(name, tied)
                 full = get(canon)
                 want = unpadded_shape(canon, p, vocab)
@@ -192,11 +196,17 @@ def load(trainer, directory: str, model_only: bool = False) -> int:
     ck = Checkpoint(directory)
     check_model(ck, trainer)
     cfg = trainer.cfg
+    if ("lora" in ck.meta) != bool(getattr(trainer, "lora", None)):
+        have = "holds LoRA adapters only" if "lora" in ck.meta else "holds a full model, no LoRA adapters"
+        rank = ((ck.meta.get("config") or {}).get("lora") or {}).get("rank", 0)
+        raise CheckpointError(f"checkpoint {ck.directory} {have}; continue it with the LoRA settings it was saved "
+                              f"with (lora.* in its config: --lora {rank})")
     copy_full_tensors(trainer.chunks, ck.model_tensor, trainer.spec.vocab_size, cfg.model.tie_embeddings,
-                      source=f"checkpoint {ck.directory}")
+                      source=f"checkpoint {ck.directory}", skip_frozen_base="lora" in ck.meta)
     if model_only or not ck.has_optimizer_state:
         _refresh_masters(trainer.optimizer)
         trainer.step = 0 if model_only else ck.step
+        trainer.consumed_samples = _consumed(ck, trainer) if trainer.step else 0
         return trainer.step
     _load_optimizer(ck, trainer)
     if ck.meta.get("scaler"):
@@ -208,4 +218,13 @@ def load(trainer, directory: str, model_only: bool = False) -> int:
     else:
         seed_everything(cfg.train.seed + ck.step, st.tp_rank, st.pp_rank, trainer.device.type)
     trainer.step = ck.step
+    trainer.consumed_samples = _consumed(ck, trainer)
     return trainer.step
+
+
+def _consumed(ck: Checkpoint, trainer) -> int:
+    """Training samples consumed before the checkpoint (written since batch-size ramp-up; before, every
+    step consumed one global batch)."""
+    saved = ck.meta.get("consumed_samples")
+    return int(saved) if saved is not None else ck.step * int((ck.meta.get("config") or {}).get(
+        "train", {}).get("global_batch_size", trainer.cfg.train.global_batch_size))

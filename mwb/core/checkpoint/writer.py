@@ -9,6 +9,11 @@ data-parallel rank writes the piece of the flat buffer it owns. Each piece recor
 rectangle of the global tensor (model weights) or the element range of the local shard (optimizer state)
 it holds, so any layout can reassemble it (:mod:`.shards`, :mod:`.reader`).
 
+A LoRA run (:mod:`mwb.core.parallel.lora`) writes what trains (adapters, a task's new head) and leaves its
+frozen base out: ``metadata.json`` names the base under ``lora`` (with where it sits in the run's model and
+the parameter counts), and :func:`mwb.core.compose.full_state` merges the two back. Every checkpoint also
+records ``consumed_samples``, which a batch-size ramp-up resumes from.
+
 Order of events, so that a crash at any point leaves no checkpoint that looks complete:
 shards into ``.step_N.incomplete/`` → metadata.json → rename to ``step_N`` → ``latest`` → prune.
 """
@@ -18,6 +23,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 from typing import Iterable, Optional
 
 import torch
@@ -81,8 +87,8 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
     tensors: dict[str, torch.Tensor] = {}
     index: dict[str, dict] = {}
     for name, p in params.values():
-        if canonical(name, tied) != name or not _is_writer(p, coords):
-            continue
+        if canonical(name, tied) != name or not _is_writer(p, coords) or getattr(p, "lora_frozen", False):
+            continue  # (a LoRA run's frozen base is not copied: the checkpoint names it instead)
         key = f"model/{name}"
         tensors[key] = p.detach()
         _entry(index, name, p, vocab)["chunks"].append({"file": file, "key": key, **describe(p)})
@@ -182,15 +188,30 @@ def save(trainer, root: str, keep_last: int = 0, extra_files: ExtraFiles = None)
             "files": {shard_name(e["rank"]): {"rank": e["rank"], "coords": e["coords"], "bytes": e["bytes"]}
                       for e in entries},
             "rng": {str(e["rank"]): e["rng"] for e in entries},
+            "consumed_samples": int(getattr(trainer, "consumed_samples", step * cfg.train.global_batch_size)),
             "tensors": _merge(entries),
         }
+        lora = getattr(trainer, "lora", None)
+        if lora:
+            meta["lora"] = dict(lora)
         atomic_write_text(os.path.join(tmp, METADATA), json.dumps(meta, indent=1))
         commit_directory(tmp, final)
         atomic_write_text(os.path.join(root, "latest"), f"step_{step}\n")
         if keep_last > 0:
             prune(root, keep_last)
+        if lora:
+            _say_lora_size(final, meta, lora)
     _barrier(world)
     return final
+
+
+def _say_lora_size(directory: str, meta: dict, lora: dict) -> None:
+    """The run log's line on a LoRA checkpoint: its size beside the frozen base it names."""
+    size = sum(int(f["bytes"]) for f in meta["files"].values()) + os.path.getsize(os.path.join(directory, METADATA))
+    per = 2 if meta["layout"]["precision"] in ("bf16", "fp16", "fp8") else 4
+    print(f"mwb: LoRA checkpoint {directory}: {size / 2**20:.2f} MiB ({lora['trainable']:,} trainable parameters "
+          f"with optimizer state); the frozen base it names holds {lora['frozen']:,} parameters "
+          f"({lora['frozen'] * per / 2**20:.2f} MiB of weights) and is not copied", file=sys.stderr, flush=True)
 
 
 def prune(root: str, keep_last: int, keep: Iterable[str] = ()) -> None:

@@ -13,7 +13,6 @@ preserves the fields mwb does not model (special token ids and the like).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from ..checkpoint.consolidate import mwb_state, resolve
@@ -54,12 +53,16 @@ def load_hf(path: str):
     return cfg, int(model["vocab_size"]), tensors, tok
 
 
-def _mwb_model_dict(cfg) -> dict:
+def model_dict(cfg) -> dict:
+    """``cfg.model`` as a dict with the derived sizes filled in (what the family mappings read)."""
     m = dataclasses.asdict(cfg.model)
     m["ffn_hidden_size"] = cfg.model.ffn_size
     m["num_query_groups"] = cfg.model.query_groups
     m["attention_dropout"] = cfg.model.attn_dropout
     return m
+
+
+_mwb_model_dict = model_dict  # the earlier private name
 
 
 def hf_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
@@ -75,15 +78,16 @@ def hf_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
 
 
 def _base_hf_config(src: str, model_type: str) -> dict:
-    """The config.json an imported checkpoint came from (same family), to carry its other fields over."""
+    """The config.json an imported checkpoint came from (same family), to carry its other fields over; for
+    a Hugging Face directory, its own."""
     try:
-        path = os.path.join(resolve(src), "hf_config", "config.json")
+        path = os.path.join(src, "config.json") if is_hf_dir(src) else \
+            os.path.join(resolve(src), "hf_config", "config.json")
     except Exception:
         return {}
     if not os.path.isfile(path):
         return {}
-    with open(path) as f:
-        base = json.load(f)
+    base = dict(read_config(os.path.dirname(path)))
     if base.get("model_type") not in (model_type, "mistral" if model_type == "llama" else None):
         return {}
     for k in ("transformers_version", "_name_or_path", "auto_map", "quantization_config"):
@@ -94,12 +98,22 @@ def _base_hf_config(src: str, model_type: str) -> dict:
 def mwb_to_hf(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
     """mwb checkpoint (any path form) → Hugging Face directory; returns (dst, family name)."""
     cfg, vocab, tensors, tok = mwb_state(src)
-    m = _mwb_model_dict(cfg)
+    if cfg.lora.rank:
+        raise ConversionError(f"{src} is a LoRA run (adapters on a frozen base): pass --merge for a full Hugging "
+                              f"Face model, or --peft for a PEFT adapter directory")
+    return state_to_hf(cfg, vocab, tensors, tok, dst, src, overwrite)
+
+
+def state_to_hf(cfg, vocab: int, tensors: dict, tok, dst: str, config_from: str,
+                overwrite: bool = False) -> tuple[str, str]:
+    """Full global tensors of an mwb model → Hugging Face directory (``config_from``: the checkpoint whose
+    imported ``config.json``, if any, supplies the fields mwb does not model); returns (dst, family)."""
+    m = model_dict(cfg)
     fam = family_for_mwb(m)
     if hasattr(fam, "check_mwb"):
         fam.check_mwb(m)
     out = fam.to_hf(tensors, m)
-    config = fam.hf_config(m, vocab, _base_hf_config(src, fam.NAME))
+    config = fam.hf_config(m, vocab, _base_hf_config(config_from, fam.NAME))
     dtypes = {str(t.dtype).replace("torch.", "") for t in out.values()}
     config["dtype"] = dtypes.pop() if len(dtypes) == 1 else "float32"
     write_hf_dir(dst, config, out, tokenizer=tok, overwrite=overwrite)
@@ -126,4 +140,5 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     return "mwb-to-hf", out, fam
 
 
-__all__ = ["ConversionError", "FAMILIES", "convert", "gguf_to_mwb", "hf_to_mwb", "is_hf_dir", "load_hf", "mwb_to_hf"]
+__all__ = ["ConversionError", "FAMILIES", "convert", "family_for_mwb", "gguf_to_mwb", "hf_to_mwb", "is_hf_dir",
+           "load_hf", "model_dict", "mwb_to_hf", "state_to_hf"]

@@ -16,6 +16,7 @@ import torch
 
 from ..checkpoint.format import METADATA, atomic_write_text, commit_directory, staging_dir, write_safetensors
 from ..errors import MwbError
+from .hf_config import read_config  # noqa: F401  (the one config.json reader; imported from here too)
 
 
 class ConversionError(MwbError):
@@ -32,17 +33,6 @@ def is_hf_dir(path: str) -> bool:
     """A Hugging Face model directory: ``config.json`` and no mwb checkpoint ``metadata.json``."""
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")) and \
         not os.path.isfile(os.path.join(path, METADATA))
-
-
-def read_config(directory: str) -> dict:
-    path = os.path.join(directory, "config.json")
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise ConversionError(f"{directory} has no config.json: not a Hugging Face model directory") from None
-    except json.JSONDecodeError as e:
-        raise ConversionError(f"{path} is not valid JSON ({e})") from None
 
 
 def _load_file(path: str) -> dict:

@@ -16,7 +16,6 @@
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
 from mwb.core.errors import DataError
@@ -55,7 +54,8 @@ def parse_data(data) -> tuple[list, list]:
 
 
 def resolve_data(arch: str, data, tokenizer, cache_dir: Optional[str] = None):
-    """(data list, Tokenizer or None) to train on: the given ones, or the bundled corpus and its tokenizer.
+    """(data list, Tokenizer or None) to train on: the given ones, or the bundled corpus tokenized with the
+    given tokenizer (the bundled one when none is given).
 
     Call this first to learn the vocabulary size; ``build_datasets`` calls it too.
     """
@@ -66,15 +66,10 @@ def resolve_data(arch: str, data, tokenizer, cache_dir: Optional[str] = None):
     if not data:
         from .bundled import default_data
 
-        prefixes, tok_path = default_data(arch, cache_dir)
-        if tokenizer is not None:
-            given = tokenizer.path if isinstance(tokenizer, Tokenizer) else str(tokenizer)
-            if os.path.realpath(given) not in (os.path.realpath(tok_path), os.path.dirname(os.path.realpath(tok_path))):
-                raise DataError("--tokenizer was given without --data: the bundled corpus is tokenized with its "
-                                "own tokenizer; pass --data PREFIX too (see `mwb preprocess`) or drop --tokenizer")
-            if isinstance(tokenizer, Tokenizer):
-                return prefixes, tokenizer
-        return prefixes, load_tokenizer(tok_path)
+        # the bundled corpus tokenized with the given tokenizer (cached per tokenizer), so ids and vocabulary agree
+        given = tokenizer.path if isinstance(tokenizer, Tokenizer) else tokenizer
+        prefixes, tok_path = default_data(arch, cache_dir, given)
+        return prefixes, (tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tok_path))
     if tokenizer is None:
         if arch != "gpt":
             raise DataError(f"{arch} needs --tokenizer (the one the data was preprocessed with)")

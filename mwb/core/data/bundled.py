@@ -8,6 +8,10 @@ tokenizer trained on it (``tokenizer.json``, 8,192 entries: ``<|endoftext|>``, `
 ``--split-sentences --append-eod`` (a few seconds) into ``$MWB_CACHE/bundled/<hash>/``, keyed by the
 corpus and tokenizer contents; later calls reuse it. Sentence-level data serves all three models: BERT
 pairs sentences, GPT and T5 read whole documents.
+
+Another tokenizer (``--tokenizer T`` without ``--data``) gets the corpus tokenized with T, cached under a key
+that holds T's identity (the hash of its files' contents): the data a model trains on always comes from
+the tokenizer whose vocabulary it was built for, never from the bundled 8k BPE under another vocabulary.
 """
 from __future__ import annotations
 
@@ -34,15 +38,24 @@ def tokenizer_file() -> str:
     return os.path.join(CORPUS_DIR, "tokenizer.json")
 
 
-def default_data(arch: str = "gpt", cache_dir: Optional[str] = None) -> tuple[list, str]:
-    """``([prefix], tokenizer_path)`` of the tokenized bundled corpus for ``arch`` (gpt, bert or t5)."""
+def default_data(arch: str = "gpt", cache_dir: Optional[str] = None, tokenizer=None) -> tuple[list, str]:
+    """``([prefix], tokenizer_path)`` of the bundled corpus for ``arch`` (gpt, bert or t5), tokenized with
+    ``tokenizer`` (a ``--tokenizer`` path or name such as ``gpt2``; default: the bundled tokenizer).
+    ``tokenizer_path`` is the files the data was tokenized with (``gpt2`` resolved to its directory)."""
+    from mwb.core.tokenizers.loader import tokenizer_identity, tokenizer_location
+
     if arch not in ARCHS:
         raise DataError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
-    corpus, tok = corpus_file(), tokenizer_file()
-    for p in (corpus, tok):
-        if not os.path.isfile(p):
-            raise DataError(f"bundled data file missing: {p} (reinstall mwb)")
-    key = digest({"v": _VERSION, "corpus": file_digest(corpus), "tokenizer": file_digest(tok)})
+    corpus = corpus_file()
+    if not os.path.isfile(corpus):
+        raise DataError(f"bundled data file missing: {corpus} (reinstall mwb)")
+    if tokenizer is None:
+        tok = tokenizer_file()
+        if not os.path.isfile(tok):
+            raise DataError(f"bundled data file missing: {tok} (reinstall mwb)")
+    else:
+        tok = str(tokenizer_location(tokenizer))
+    key = digest({"v": _VERSION, "corpus": file_digest(corpus), "tokenizer": tokenizer_identity(tok)})
     root = os.path.join(cache_root(cache_dir), "bundled")
     name = f"shakespeare-{key[:16]}"
 

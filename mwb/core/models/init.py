@@ -23,6 +23,11 @@ def _seed_for(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+def generator_for(seed: int, name: str) -> torch.Generator:
+    """The generator parameter ``name`` is drawn from: the same on every rank and in every layout."""
+    return torch.Generator().manual_seed(_seed_for(seed, name))
+
+
 def is_output_head(name: str) -> bool:
     """The LM output projection (``head.weight``), not e.g. a ``binary_head.weight``."""
     return name == "head.weight" or name.endswith(".head.weight")
@@ -47,7 +52,7 @@ def full_init(name: str, shape: tuple, std: float, num_layers: int, seed: int, r
         return torch.ones(shape)
     if leaf == "bias" or re.search(r"(ln\w*|norm)\.bias$", name):
         return torch.zeros(shape)
-    g = torch.Generator().manual_seed(_seed_for(seed, name))
+    g = generator_for(seed, name)
     s = std / math.sqrt(2.0 * num_layers) if _SCALED.search(name) else std
     rows = shape[0] if real_rows is None else real_rows
     out = torch.zeros(shape)

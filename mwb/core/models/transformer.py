@@ -64,7 +64,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class KVCache:
-    """Per-layer key/value tensors for incremental decoding: ``[b, kv_heads, s_so_far, d]``.
+    """Per-layer key/value tensors for incremental decoding: ``[b, kv_heads, s_so_far, d]``, grown by
+    concatenation (T5's decoder and the few fixed-prefix scorers use it; GPT generation and serving use the
+    preallocated, per-row cache of :mod:`.kv_cache`, which attention recognises by its ``in_place`` flag).
 
     A batch of left-padded sequences shares one cache (all rows have the same length, pads included; the
     caller's key-padding mask hides the pads). :meth:`keep` drops finished rows so later steps compute
@@ -178,7 +180,11 @@ class Attention(nn.Module):
             q_cos, q_sin, k_cos, k_sin = rope
             q, k = apply_rope(q, q_cos, q_sin), apply_rope(k, k_cos, k_sin)
         causal = self.causal
-        if cache is not None and not self.cross:
+        if cache is not None and not self.cross and getattr(cache, "in_place", False):
+            # preallocated cache (kv_cache.py): per-row lengths, its own mask (causality included)
+            k, v, mask = cache.update(self.layer_id, k, v)
+            causal = False
+        elif cache is not None and not self.cross:
             past = cache.length() if self.layer_id in cache.k else 0
             k, v = cache.update(self.layer_id, k, v)
             if causal and past > 0:  # queries sit at positions past..past+s-1 of the keys

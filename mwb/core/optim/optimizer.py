@@ -200,7 +200,8 @@ class DistributedOptimizer:
         tp = self.state.tp_group
         if tp is None:
             return
-        grads = [p.main_grad for p in self._unique_params() if getattr(p, "sequence_parallel", False)]
+        grads = [p.main_grad for p in self._unique_params()
+                 if p.requires_grad and getattr(p, "sequence_parallel", False)]  # frozen (LoRA base): no grad
         if grads:
             flat = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat, group=tp)
@@ -214,7 +215,7 @@ class DistributedOptimizer:
         if group is None or not shares_embedding(self.model):
             return
         for name, p in self.model.named_parameters():
-            if is_word_embedding(name) or is_output_head(name):
+            if p.requires_grad and (is_word_embedding(name) or is_output_head(name)):
                 dist.all_reduce(p.main_grad, group=group)
 
     def _reduce_stage_copies(self) -> None:

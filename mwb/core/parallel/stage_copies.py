@@ -53,7 +53,7 @@ def _local_copies(chunks) -> dict[str, list[nn.Parameter]]:
     for chunk in chunks:
         params = dict(chunk.named_parameters())
         for name in getattr(chunk, "stage_copy_names", ()):
-            if name in params:
+            if name in params and params[name].requires_grad:  # a frozen copy (LoRA base) needs no reduction
                 out.setdefault(name, []).append(params[name])
     return out
 

@@ -59,9 +59,10 @@ class ColumnParallelLinear(nn.Module):
         if bias:
             self.bias = nn.Parameter(torch.empty(self.out_features, device=device, dtype=dtype))
             _mark(self.bias, 0, (out_features,), group=group)
+        self.gemm = F.linear  # the local matmul; --precision fp8 swaps in mwb.core.models.fp8.fp8_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self.gemm(x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):
@@ -81,9 +82,10 @@ class RowParallelLinear(nn.Module):
         if bias:
             self.bias = nn.Parameter(torch.empty(out_features, device=device, dtype=dtype))
             _mark(self.bias, None, (out_features,), sequence_parallel=sequence_parallel)
+        self.gemm = F.linear  # the local matmul; --precision fp8 swaps in mwb.core.models.fp8.fp8_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
+        y = self.gemm(x, self.weight, None)
         y = reduce_scatter_to_sequence(y, self.group) if self.sp else reduce_from_tp(y, self.group)
         return y + self.bias if self.bias is not None else y
 

@@ -114,3 +114,10 @@ class Workload:
     gpus: int = 8
     global_batch_size: int = 512
     precision: str = "bf16"  # bf16 | fp16 | fp32 (weights; see formulas.STATE_BYTES)
+    rampup: Optional[tuple] = None  # Megatron's --rampup-batch-size (start, increment, samples), or None
+
+    def batch_sizes(self) -> list[int]:
+        """Every global batch an iteration can have: the ramp-up's sizes, or the one global batch."""
+        if self.rampup is None:
+            return [self.global_batch_size]
+        return list(range(int(self.rampup[0]), self.global_batch_size + 1, int(self.rampup[1])))

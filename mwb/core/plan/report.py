@@ -6,8 +6,10 @@ planner whose output needs the source to interpret is not a planner.
 from __future__ import annotations
 
 from ..training.energy import plan_energy
-from .cost import Estimate
+from ..training.rampup import BatchRampup
+from .cost import CostModel, Estimate
 from .formulas import STATE_BYTES, paper_flops_per_iteration, paper_parameter_count
+from .memory import MemoryModel
 from .model import ModelShape, flops_per_iteration
 from .search import PlanResult
 
@@ -45,20 +47,63 @@ def flops_summary(result: PlanResult) -> dict:
 def energy_estimate(result: PlanResult, train_tokens: float, grid_gco2_per_kwh: float, pue: float = 1.0) -> dict:
     """Energy and CO2e of training on ``train_tokens`` tokens: model FLOPs (no recompute) per token ×
     tokens, run at the MFU the best layout's estimate reaches (the hardware's efficiency when none fits),
-    every GPU at its board power."""
+    every GPU at its board power. With a batch-size ramp-up the run's time is summed over its phases
+    instead (:func:`rampup_time`): the small early batches run the same layout at a lower MFU (more
+    pipeline bubble, gradient reduction amortised over fewer samples), and the MFU reported is the run's."""
     per_token = flops_summary(result)["per_token"]["none"]
     best, hw = result.best, result.hardware
     mfu = best.mfu if best is not None else hw.efficiency
+    ramp = rampup_time(result, train_tokens) if result.workload.rampup and best is not None else None
+    if ramp is not None:
+        mfu = per_token * train_tokens / (result.workload.gpus * hw.peak_tflops * 1e12 * ramp["seconds"])
     out = plan_energy(per_token * train_tokens, result.workload.gpus, hw.peak_tflops, mfu, hw.power_w,
                       grid_gco2_per_kwh, pue)
     out["train_tokens"] = train_tokens
-    out["mfu_from"] = "best layout" if best is not None else "--efficiency (no layout fits)"
+    out["mfu_from"] = ("best layout, over the ramp-up's batch sizes" if ramp is not None else
+                       "best layout" if best is not None else "--efficiency (no layout fits)")
+    if ramp is not None:
+        out["rampup"] = ramp
     return out
 
 
+def rampup_time(result: PlanResult, train_tokens: float) -> dict:
+    """Seconds of a run of ``train_tokens`` tokens with the workload's batch-size ramp-up on the best layout:
+    Σ over phases of (iterations at batch b) × (the cost model's time per iteration at b). The schedule is
+    Megatron's (:class:`~mwb.core.training.rampup.BatchRampup`), walked until the tokens are consumed."""
+    wl, best, shape = result.workload, result.best, result.shape
+    ramp = BatchRampup.from_config(list(wl.rampup), wl.global_batch_size)
+    per_iter: dict[int, float] = {}
+    seconds = ramp_seconds = 0.0
+    iterations = ramp_iterations = 0
+    phases = ramp.phases(total_samples=train_tokens / shape.seq_length)
+    for b, n in phases:
+        if b not in per_iter:
+            mem = MemoryModel(shape, b, wl.precision, result.constraints.flash_attention)
+            per_iter[b] = CostModel(mem, result.hardware).estimate(best.layout).time_s
+        seconds += n * per_iter[b]
+        iterations += n
+        if b != wl.global_batch_size:
+            ramp_seconds += n * per_iter[b]
+            ramp_iterations += n
+    return {"start": ramp.start, "increment": ramp.increment, "samples": ramp.samples,
+            "samples_per_increment": ramp.samples_per_increment, "seconds": seconds,
+            "iterations": iterations, "ramp_iterations": ramp_iterations, "ramp_seconds": ramp_seconds,
+            "constant_batch_seconds": train_tokens / shape.seq_length / wl.global_batch_size * best.time_s,
+            "phases": [[b, n] for b, n in phases]}
+
+
 def render_energy(e: dict, gpus: int) -> list[str]:
+    ramp = e.get("rampup")
+    extra = []
+    if ramp:
+        extra = [f"  batch ramp-up        {ramp['start']} + {ramp['increment']} per "
+                 f"{ramp['samples_per_increment']:,.0f} samples up to the global batch: "
+                 f"{ramp['ramp_iterations']:,} of {ramp['iterations']:,} iterations, "
+                 f"{ramp['ramp_seconds'] / 3600:,.1f} h; the run takes "
+                 f"{ramp['seconds'] / max(ramp['constant_batch_seconds'], 1e-12) - 1:+.1%} against a constant batch"]
     return ["", f"energy of the planned run ({e['train_tokens']:.3g} tokens; model FLOPs / (GPUs · peak · MFU) "
                 f"× GPUs × device power{' × PUE' if e['pue'] != 1 else ''})",
+            *extra,
             f"  training FLOPs       {e['train_flops']:.3e}   at MFU {e['mfu']:.0%} ({e['mfu_from']})",
             f"  time                 {e['seconds'] / 86400:,.1f} days on {gpus} GPUs = {e['gpu_hours']:,.0f} GPU-hours",
             f"  energy               {e['energy_mwh']:,.1f} MWh = {e['energy_j']:.3e} J at {e['device_power_w']:g} W "

@@ -71,9 +71,11 @@ def structural_problem(shape: ModelShape, layout: Layout, workload: Workload) ->
         return "expert parallelism needs a mixture-of-experts model"
     if workload.global_batch_size % (layout.dp * layout.micro_batch_size):
         return f"global batch {workload.global_batch_size} is not divisible by dp·micro-batch"
+    if any(b % (layout.dp * layout.micro_batch_size) for b in workload.batch_sizes()):
+        return "a ramp-up batch size is not divisible by dp·micro-batch"
     if layout.sp and (t == 1 or shape.seq_length % t):
         return "sequence parallelism needs tp > 1 dividing the sequence length"
-    if v > 1 and (p == 1 or layout.microbatches(workload.global_batch_size) % p):
+    if v > 1 and (p == 1 or any(layout.microbatches(b) % p for b in workload.batch_sizes())):
         return "interleaving needs pp > 1 and micro-batches divisible by pp"
     return None
 

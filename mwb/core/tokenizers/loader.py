@@ -7,7 +7,8 @@ one is a Hugging Face tokenizer; a ``*.model`` file (or a directory with ``token
 directory with one) is BERT WordPiece. In a directory the first rule that matches wins, in that order.
 A tiktoken ranks file (``*.tiktoken``) is byte-level BPE converted to a ``tokenizer.json`` once; the name
 ``gpt2`` is GPT-2's ranks file found as :mod:`.tiktoken_bpe` describes (an existing path called ``gpt2``
-wins).
+wins). :func:`tokenizer_identity` names a tokenizer by the content of its files, for cache keys of data
+tokenized with it.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import glob
 import os
 from typing import Optional
 
+from mwb.core.data.cache import digest, file_digest
 from mwb.core.errors import DataError
 
 from . import tiktoken_bpe
@@ -70,6 +72,23 @@ def tokenizer_kind(path: str) -> tuple[str, dict]:
     if os.path.isfile(j("vocab.txt")):
         return "wordpiece", {"vocab": j("vocab.txt")}
     raise DataError(f"no tokenizer files in directory {path} (expected {_ACCEPTED})")
+
+
+# files beside a tokenizer that change what it does (special-token roles, lower-casing)
+_SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def tokenizer_identity(path) -> str:
+    """A hash of the content of every file the tokenizer at ``path`` is read from (and of the side files
+    beside them that change its behaviour). Why content, not the path: data tokenized with one tokenizer
+    must never be reused for another, and the same files under another path are the same tokenizer."""
+    kind, files = tokenizer_kind(path)
+    parts = {role: file_digest(f) for role, f in files.items()}
+    for d in sorted({os.path.dirname(f) for f in files.values()}):
+        for name in _SIDE_FILES:
+            if os.path.isfile(os.path.join(d, name)):
+                parts[f"{os.path.basename(d)}/{name}"] = file_digest(os.path.join(d, name))
+    return digest({"kind": kind, "files": parts})
 
 
 def load_tokenizer(path, lowercase: Optional[bool] = None) -> Tokenizer:

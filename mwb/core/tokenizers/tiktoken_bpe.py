@@ -8,33 +8,28 @@ GPT-2's byte → printable-character mapping, and the merges are every split of 
 in the order of the merged token's rank. The GPT-2 ranks file (50,256 ranks + ``<|endoftext|>`` = 50256)
 ships in the ``openai-whisper`` sdist; :func:`find_gpt2_ranks` states where mwb looks for it.
 
-``--tokenizer gpt2`` (rule): ``$MWB_CACHE/tokenizers/gpt2.tiktoken`` if present; else the file of an
-installed ``openai-whisper``; else one ``openai_whisper-*.tar.gz`` sdist in ``$MWB_CACHE`` or the current
-directory, from which the file is extracted into ``$MWB_CACHE/tokenizers`` once. ``--tokenizer
+``--tokenizer gpt2`` reads the ranks that ``mwb data fetch gpt2-ranks`` provides, found by the one resolver of
+package data (:func:`mwb.core.data.package_files.package_path`: an installed ``openai-whisper``, else its
+sdist in ``$MWB_CACHE/packages``, ``$MWB_CACHE`` or the current directory, extracted once). ``--tokenizer
 PATH.tiktoken`` uses that file. The converted ``tokenizer.json`` is cached by the file's hash.
 """
 from __future__ import annotations
 
 import base64
-import glob
-import importlib.metadata
 import json
 import os
 import shutil
-import tarfile
-import tempfile
-from typing import Optional
 
 from mwb.core.data.cache import cache_root, cached_dir, file_digest
+from mwb.core.data.package_files import package_path
 from mwb.core.errors import DataError
 
 GPT2_NAME = "gpt2"
 GPT2_FILE = "gpt2.tiktoken"
 ENDOFTEXT = "<|endoftext|>"
 _GPT2_RANKS = 50256  # a ranks file this long is GPT-2's (r50k), whose only special token follows it
-_WHISPER_MEMBER = "whisper/assets/gpt2.tiktoken"
-HOW_TO_GET = (f"--tokenizer gpt2 needs GPT-2's ranks file {GPT2_FILE}: run `pip download --no-deps --no-binary "
-              f":all: openai-whisper -d $MWB_CACHE` (mwb extracts the file from that sdist), or pass "
+GPT2_SOURCE = "gpt2-ranks"  # its name in mwb.core.data.package_files.SOURCES
+HOW_TO_GET = (f"--tokenizer gpt2 needs GPT-2's ranks file {GPT2_FILE}: run `mwb data fetch {GPT2_SOURCE}`, or pass "
               f"--tokenizer /path/to/{GPT2_FILE}")
 
 
@@ -109,40 +104,12 @@ def tokenizer_dir(ranks_file: str) -> str:
     return path
 
 
-def _installed_whisper_file() -> Optional[str]:
-    try:
-        path = str(importlib.metadata.distribution("openai-whisper").locate_file(_WHISPER_MEMBER))
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return path if os.path.isfile(path) else None
-
-
-def _extract_from_sdist(dest: str) -> Optional[str]:
-    sdists = sorted(glob.glob(os.path.join(cache_root(), "openai[-_]whisper-*.tar.gz")) +
-                    glob.glob("openai[-_]whisper-*.tar.gz"))
-    for sdist in sdists:
-        with tarfile.open(sdist) as tar:
-            member = next((m for m in tar.getmembers() if m.name.endswith("/" + _WHISPER_MEMBER)), None)
-            if member is None:
-                continue
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".gpt2.tiktoken.")
-            with os.fdopen(fd, "wb") as out, tar.extractfile(member) as src:
-                shutil.copyfileobj(src, out)
-            os.replace(tmp, dest)
-            return dest
-    return None
-
-
 def find_gpt2_ranks() -> str:
-    """Where ``--tokenizer gpt2`` reads GPT-2's ranks from (see the module docstring for the order)."""
-    cached = os.path.join(cache_root(), "tokenizers", GPT2_FILE)
-    if os.path.isfile(cached):
-        return cached
-    found = _installed_whisper_file() or _extract_from_sdist(cached)
-    if found is None:
-        raise DataError(HOW_TO_GET)
-    return found
+    """Where ``--tokenizer gpt2`` reads GPT-2's ranks from: the package-data resolver's ``gpt2-ranks``."""
+    try:
+        return package_path(GPT2_SOURCE)
+    except DataError as e:
+        raise DataError(f"--tokenizer gpt2: {e}; or pass --tokenizer /path/to/{GPT2_FILE}") from None
 
 
 def gpt2_tokenizer_dir() -> str:

@@ -3,7 +3,9 @@
 Global step ``k`` consumes samples ``k·G … k·G+G−1`` of the (already shuffled) dataset, G the global batch.
 Data-parallel rank ``r`` takes the contiguous block ``r·G/dp …`` of that range and cuts it into micro-batches.
 So the set of samples in every optimizer step is the same for every layout, which is what makes the
-per-step losses of different layouts comparable, and resuming at step k needs nothing but k.
+per-step losses of different layouts comparable, and resuming at step k needs nothing but k. With a
+batch-size ramp-up (:mod:`.rampup`) the global batch of a step varies, and a step starts at the number of
+samples consumed before it instead of k·G (:func:`microbatches_from`).
 """
 from __future__ import annotations
 
@@ -12,8 +14,13 @@ import torch
 
 
 def microbatch_indices(step: int, global_batch: int, micro_batch: int, dp_size: int, dp_rank: int) -> list[list[int]]:
+    return sample_indices(step * global_batch, global_batch, micro_batch, dp_size, dp_rank)
+
+
+def sample_indices(start: int, global_batch: int, micro_batch: int, dp_size: int, dp_rank: int) -> list[list[int]]:
+    """This data-parallel rank's micro-batches of the global batch of samples ``start … start+G−1``."""
     per_rank = global_batch // dp_size
-    base = step * global_batch + dp_rank * per_rank
+    base = start + dp_rank * per_rank
     return [list(range(base + m, base + m + micro_batch)) for m in range(0, per_rank, micro_batch)]
 
 
@@ -30,9 +37,15 @@ def collate(samples: list[dict], device="cpu") -> dict:
 
 def get_microbatches(dataset, step: int, global_batch: int, micro_batch: int, dp_size: int, dp_rank: int,
                      device="cpu") -> list[dict]:
+    return microbatches_from(dataset, step * global_batch, global_batch, micro_batch, dp_size, dp_rank, device)
+
+
+def microbatches_from(dataset, start: int, global_batch: int, micro_batch: int, dp_size: int, dp_rank: int,
+                      device="cpu") -> list[dict]:
+    """This rank's collated micro-batches of the global batch that starts at sample ``start``."""
     n = len(dataset)
     return [collate([dataset[i % n] for i in idx], device)
-            for idx in microbatch_indices(step, global_batch, micro_batch, dp_size, dp_rank)]
+            for idx in sample_indices(start, global_batch, micro_batch, dp_size, dp_rank)]
 
 
 class SyntheticTokens:

@@ -7,7 +7,9 @@ is Σ token losses / Σ tokens over the whole global batch, computed once here a
 from __future__ import annotations
 
 import math
+import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -15,20 +17,23 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..models.transformer import TransformerBlock
 from ..optim.optimizer import DistributedOptimizer
 from ..optim.scaler import LossScaler
 from ..optim.schedules import lr_at
 from ..parallel.dims import LayoutError, ParallelDims
+from ..parallel.lora import apply_lora, check_config as check_lora, parameter_counts
 from ..parallel.random import seed_everything
 from ..parallel.stages import rank_stages
 from ..parallel.state import build_state
-from .batches import get_microbatches
+from .batches import microbatches_from
 from .launch import note_stop_signal
+from .rampup import BatchRampup
 from .schedules import get_schedule
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+          "fp8": torch.bfloat16}  # fp8: bf16 weights, fp8 GEMMs inside the blocks (models.fp8)
 COMPILE_BACKEND = "inductor"  # tests switch to "aot_eager" (same graphs, no code generation: fast to build)
 
 
@@ -74,10 +79,17 @@ def parallel_dims(cfg: RunConfig, world_size: int) -> ParallelDims:
     if t.global_batch_size % (t.micro_batch_size * dims.dp):
         raise LayoutError(f"global batch size {t.global_batch_size} is not divisible by micro-batch size × "
                           f"data-parallel size = {t.micro_batch_size} × {dims.dp}")
+    rampup = BatchRampup.from_config(t.rampup_batch_size, t.global_batch_size)
+    if rampup is not None:
+        rampup.check_divisible(t.micro_batch_size, dims.dp)
     if dims.vpp > 1:  # interleaved 1F1B walks micro-batches in groups of pp
         from ..pipeline.orders import check_interleaved
-        check_interleaved(dims.pp, dims.vpp, t.global_batch_size // (t.micro_batch_size * dims.dp),
-                          t.micro_batch_size, dims.dp)
+        for size in (rampup.sizes() if rampup is not None else [t.global_batch_size]):
+            check_interleaved(dims.pp, dims.vpp, size // (t.micro_batch_size * dims.dp), t.micro_batch_size,
+                              dims.dp)
+    if t.precision not in DTYPES:
+        raise ConfigError(f"train.precision '{t.precision}' is not one of {' | '.join(DTYPES)}")
+    check_lora(cfg.lora)
     if m.vocab_size is not None and m.vocab_size < 2:
         raise ValueError("model.vocab_size must be at least 2")
     return dims
@@ -100,6 +112,12 @@ class Trainer:
                                   cfg.parallel.pipeline_layers)
         self.chunks = [spec.build_chunk(self.state, st, self.device, dtype) for st in self.stages]
         self.model = self.chunks[0] if len(self.chunks) == 1 else torch.nn.ModuleList(self.chunks)
+        self.lora = self._apply_lora() if cfg.lora.rank else None
+        if cfg.train.precision == "fp8":
+            from ..models.fp8 import apply_fp8, fp8_mode_line
+            for c in self.chunks:
+                apply_fp8(c, cfg.model.stage_layers)
+            self.say(fp8_mode_line(self.device))
         if cfg.parallel.recompute != "none":
             from ..parallel.recompute import apply_recompute
             for c in self.chunks:
@@ -113,7 +131,9 @@ class Trainer:
                                  cfg.train.loss_scale_window, cfg.train.hysteresis,
                                  dynamic=cfg.train.precision == "fp16")
         self.schedule = get_schedule(self.state)
+        self.rampup = BatchRampup.from_config(cfg.train.rampup_batch_size, cfg.train.global_batch_size)
         self.step = 0  # optimizer steps completed
+        self.consumed_samples = 0  # training samples of those steps (checkpointed; the ramp-up follows it)
         self.logger = logger
         self.stop_requested = False
         self.eval_metrics: dict = {}
@@ -123,10 +143,41 @@ class Trainer:
     def is_logging_rank(self) -> bool:
         return self.state.rank == 0
 
-    def _microbatches(self, dataset, step: int) -> list[dict]:
+    def say(self, line: str) -> None:
+        """One line on stderr from rank 0 (what the run log shows about how it trains)."""
+        if self.state.rank == 0:
+            print(line, file=sys.stderr, flush=True)
+
+    def _apply_lora(self) -> dict:
+        """Adapters on every chunk, the pretrained weights frozen (parameters the spec reports missing from
+        its checkpoint, a task's new head among them, train in full); the counts go to the run log. The base
+        the adapters apply to is the checkpoint the spec loaded (``spec.source``), None for the seeded
+        initialisation of ``model.*``."""
+        lc = self.cfg.lora
+        keep = getattr(self.spec, "missing", ()) or ()
+        infos = [apply_lora(c, lc, self.state, self.cfg.train.seed, keep=keep) for c in self.chunks]
+        counts = parameter_counts(self.chunks, self.state, self.cfg.model.tie_embeddings)
+        total = counts["trainable"] + counts["frozen"]
+        base = getattr(self.spec, "source", None)
+        self.say(f"mwb: LoRA rank {lc.rank} (alpha {lc.alpha if lc.alpha is not None else lc.rank:g}, dropout "
+                 f"{lc.dropout:g}) on {lc.targets}: {counts['trainable']:,} trainable parameters of {total:,} "
+                 f"({100.0 * counts['trainable'] / max(total, 1):.2f}%); the base "
+                 f"({base or 'the seeded initialisation'}) is frozen")
+        return {"base": os.path.abspath(base) if base and os.path.exists(base) else base,
+                "prefixes": sorted({p for i in infos for p in i.prefixes}), **counts}
+
+    def global_batch_size(self) -> int:
+        """The global batch of the next step: constant, or the ramp-up's size at the samples consumed."""
+        if self.rampup is None:
+            return self.cfg.train.global_batch_size
+        return self.rampup.batch_size(self.consumed_samples)
+
+    def _microbatches(self, dataset, step: int, start: Optional[int] = None,
+                      global_batch: Optional[int] = None) -> list[dict]:
         t = self.cfg.train
-        return get_microbatches(dataset, step, t.global_batch_size, t.micro_batch_size, self.dims.dp,
-                                self.state.dp_rank, self.device)
+        gbs = global_batch or t.global_batch_size
+        return microbatches_from(dataset, step * gbs if start is None else start, gbs, t.micro_batch_size,
+                                 self.dims.dp, self.state.dp_rank, self.device)
 
     def _sum_over_loss_ranks(self, buf: torch.Tensor) -> torch.Tensor:
         """``buf`` summed over the ranks that hold losses (last stage, TP rank 0: one per data-parallel
@@ -159,7 +210,9 @@ class Trainer:
     def train_step(self) -> StepResult:
         cfg, t0 = self.cfg, time.perf_counter()
         self._set_train(True)
-        mbs = self._microbatches(self.train_data, self.step)
+        gbs = self.global_batch_size()
+        start = self.consumed_samples if self.rampup is not None else None  # None: step · global batch
+        mbs = self._microbatches(self.train_data, self.step, start=start, global_batch=gbs)
         nominal = self.spec.nominal_count(cfg.train.micro_batch_size, cfg.train.seq_length) * \
             len(mbs) * self.dims.dp
         self.optimizer.zero_grad()
@@ -178,8 +231,9 @@ class Trainer:
         updated, norm = self.optimizer.step(lr, loss_scale=scale, grad_scale=grad_scale)
         self.scaler.update(not updated)
         self.step += 1
+        self.consumed_samples += gbs
         ntok = sum(self.spec.tokens_in(b) for b in mbs) * self.dims.dp
-        extra = self._global_metrics()
+        extra = {"global_batch_size": gbs, **self._global_metrics()}
         if moe_on:
             from ..parallel.expert import moe_step_metrics
             extra.update(moe_step_metrics(self.state, len(mbs) * self.dims.dp))

@@ -7,11 +7,15 @@ model; ``reader``: any object with the reader interface of :mod:`mwb.retrieval.r
 
 1. the query tower embeds the questions; the current :class:`~.refresh.VersionedIndex` returns the top-K
    passages (faiss search on the detached query, so retrieval itself has no gradient);
-2. the context tower re-embeds those K passages with the live weights, and the retriever logits are
-   q·d/√h (:func:`~.losses.retriever_scores`): both towers learn;
+2. the context tower re-embeds those K passages with the live weights, and the retriever logits are the
+   retriever's own similarity (:func:`~.losses.retriever_scores` with its score divisor, on embeddings
+   L2-normalised when its towers normalise: :mod:`.scoring`): both towers learn;
 3. ``individual``: the reader scores each passage alone and the loss is the top-k marginal likelihood
    (gradient into both); ``emdr2``: the reader's own cross-entropy (``reader.loss``, reading all K
-   passages) plus EMDR2's retriever term with the reader's per-token log-probabilities held fixed.
+   passages) plus EMDR2's retriever term with the reader's per-token log-probabilities held fixed;
+   ``pipeline`` (the baseline joint training is compared against): the retriever is fixed (its parameters
+   frozen, out of the optimizer, scoring in eval mode without a graph) and only the reader learns, from the
+   same top-k marginal likelihood as ``individual`` with p(z|q) the fixed retriever's.
 
 ``forward`` returns ``(Σ per-question loss, #questions)``: the trainer's Σ / Σ over data-parallel ranks is
 the mean question loss of the global batch, so every layout computes the same loss. Logged per step:
@@ -30,13 +34,13 @@ from mwb.core.config import ConfigError
 from mwb.core.parallel.dims import LayoutError
 from mwb.core.training.spec import ModelSpec
 
-from ..biencoder import build_biencoder
+from ..biencoder import build_biencoder, score_divisor
 from ..data import _Permuted
 from ..matching import has_answer, normalize, simple_tokens
 from ..text import context_ids, pad_batch, query_ids, specials
 from .losses import emdr2_retriever_loss, individual_topk_loss, retriever_scores
 
-METHODS = ("individual", "emdr2")
+METHODS = ("individual", "emdr2", "pipeline")
 
 
 class JointModel(nn.Module):
@@ -88,6 +92,8 @@ class JointSpec(ModelSpec):
             raise LayoutError("joint retriever-reader training does not support pipeline parallelism; use --pp 1")
         retriever = build_biencoder(self.cfg.model, self.rcfg, state, self.vocab_size, self.cfg.train.seed,
                                     device, dtype)
+        if self.method == "pipeline":  # fixed: no gradient, no optimizer state, weights exactly the start's
+            retriever.requires_grad_(False)
         return JointModel(retriever, self.make_reader(state, device, dtype))
 
     def _has_answer(self, answers, row: int) -> bool:
@@ -101,22 +107,40 @@ class JointSpec(ModelSpec):
         _, rows = self.index.search(q.detach().float().cpu().numpy(), self.top_k)
         return q, rows
 
+    def scores(self, retriever, q_tokens, q_mask):
+        """(retriever logits ``[b, K]``: the retriever's own similarity of each question and its top-K
+        passages, re-embedded by the live context tower; the top-K evidence rows ``[b, K]``)."""
+        q, rows = self.retrieve(retriever, q_tokens, q_mask)
+        b, k = rows.shape
+        tokens, mask = pad_batch([self.ctx_ids[r] for r in rows.reshape(-1)], self.pad)
+        dev = q.device
+        d = retriever.embed_contexts(torch.as_tensor(tokens, device=dev), torch.as_tensor(mask, device=dev))
+        return retriever_scores(q, d.view(b, k, -1), score_divisor(self.rcfg, q.size(-1))), rows
+
+    def fixed_scores(self, retriever, q_tokens, q_mask):
+        """:meth:`scores` of a fixed retriever: eval mode (as its index was embedded), no graph."""
+        was = retriever.training
+        retriever.eval()
+        try:
+            with torch.no_grad():
+                return self.scores(retriever, q_tokens, q_mask)
+        finally:
+            retriever.train(was)
+
     def forward(self, model, batch: dict, hidden=None):
         if self.index is None:
             raise RuntimeError("the joint spec has no index yet: the refresh builds version 0 before training")
         recs = [self.questions[int(i)] for i in batch["qid"]]
-        q, rows = self.retrieve(model.retriever, batch["q_tokens"], batch["q_mask"])
-        b, k = rows.shape
-        tokens, mask = pad_batch([self.ctx_ids[r] for r in rows.reshape(-1)], self.pad)
-        dev = q.device
-        d = model.retriever.embed_contexts(torch.as_tensor(tokens, device=dev), torch.as_tensor(mask, device=dev))
-        logits = retriever_scores(q, d.view(b, k, -1))
+        score = self.fixed_scores if self.method == "pipeline" else self.scores
+        logits, rows = score(model.retriever, batch["q_tokens"], batch["q_mask"])
+        b = rows.shape[0]
+        dev = logits.device
         questions = [r["question"] for r in recs]
         answers = [list(r["answers"]) for r in recs]
         docs = [[{"id": self.evidence.ids[r], "title": self.evidence.titles[r], "text": self.evidence.texts[r]}
                  for r in row] for row in rows]
         lp, lp_mask = model.reader.doc_logprobs(questions, docs, answers)
-        if self.method == "individual":
+        if self.method in ("individual", "pipeline"):  # pipeline: logits without a graph, only the reader learns
             loss = individual_topk_loss(logits, lp, lp_mask, reduction="sum")
             reader_part = loss.detach()
             retriever_part = loss.detach()

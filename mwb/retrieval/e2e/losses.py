@@ -12,13 +12,15 @@ answer tokens and 0 for padding.
   read one at a time, ``−log Σ_k p(z_k|q) · p(a|q, z_k)`` with ``log p(a|q, z_k) = Σ_t reader_lp[k, t]``;
   gradient reaches both retriever and reader.
 
+The scores ``retriever_logits`` are the retriever's own similarity (:func:`retriever_scores`): EMDR2's
+q·d/√h for a retriever trained with it, cosine / temperature for one trained with that. Scoring a
+retriever by a similarity it was not trained for makes the joint run start from another retriever.
+
 Both are computed in log space (log-softmax + logsumexp), so a document the reader finds hopeless
 (log-probability −1e4) cannot underflow the sum. Masked tokens are selected away with ``where``, not
 multiplied by zero, so a padded −inf never turns into NaN.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
@@ -26,9 +28,15 @@ import torch.nn.functional as F
 REDUCTIONS = ("mean", "sum", "none")
 
 
-def retriever_scores(q: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
-    """EMDR2's score q·d/√hidden: ``q [B, h]``, ``docs [B, K, h]`` → ``[B, K]`` (fp32)."""
-    return torch.einsum("bh,bkh->bk", _wide(q), _wide(docs)) / math.sqrt(q.size(-1))
+def retriever_scores(q: torch.Tensor, docs: torch.Tensor, divisor: float) -> torch.Tensor:
+    """The retriever's score q·d / ``divisor``: ``q [B, h]``, ``docs [B, K, h]`` → ``[B, K]`` (fp32).
+
+    The divisor is the retriever's own (:func:`~mwb.retrieval.biencoder.score_divisor`): √h for EMDR2's
+    q·d/√h on raw embeddings, the temperature of a cosine retriever (its towers then L2-normalise), 1 for
+    DPR's raw inner product, so the joint objectives train the similarity the retriever was trained with."""
+    if not divisor > 0:
+        raise ValueError(f"the score divisor must be positive, got {divisor}")
+    return torch.einsum("bh,bkh->bk", _wide(q), _wide(docs)) / divisor
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:

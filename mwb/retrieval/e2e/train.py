@@ -10,6 +10,8 @@ initialised from the ``--retriever`` weights, version 0 of the index embedded be
 refresh after every step that is a multiple of ``--refresh-every``. Checkpoints are the trainer's (so
 ``--resume`` works in any layout); the final and best ones also hold ``retriever/`` (a bi-encoder
 checkpoint any retrieval command opens) and ``reader/`` (the reader's own format) for ``mwb eval qa``.
+The retriever is built, trained, evaluated and saved with the start's own scoring (:mod:`.scoring`), so
+a run at ``--lr 0`` evaluates exactly as its start.
 """
 from __future__ import annotations
 
@@ -100,9 +102,10 @@ class E2EPlan:
     evidence: str
     questions: str
     tokenizer: str
-    rcfg: dict
+    rcfg: dict                     # the retriever's settings: the start's own scoring (:mod:`.scoring`)
     refresh: dict
     eval_questions: int = 100      # held-out questions evaluated before and after (evenly spread)
+    scoring: str = ""              # the similarity the joint losses train, in words, and whose it is
 
 
 def split_questions(records: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -141,7 +144,11 @@ def spread(records: list, n: int) -> list:
 def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, top_k: int,
              evidence: Optional[str], questions: Optional[str], refresh: RefreshConfig,
              reader_length: int = 192, eval_questions: int = 100):
-    """(config with the retriever's model section, plan)."""
+    """(config with the retriever's model section and its passage length as ``train.seq_length``, plan).
+
+    The retriever keeps the start's scoring (:func:`.scoring.joint_scoring`): its normalisation, score
+    scaling and query / passage lengths, which the joint losses then train and the saved retriever records.
+    ``--method pipeline`` keeps the retriever fixed, so its index is embedded once."""
     from mwb.core.compose import full_state
     from mwb.core.config import ConfigError, update
     from mwb.core.named_models import local_checkpoint
@@ -152,6 +159,7 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
     from ..readers.loading import reader_kind
     from ..text import BUNDLED_EVIDENCE
     from .joint import METHODS
+    from .scoring import joint_scoring
 
     if method not in METHODS:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got '{method}'")
@@ -163,15 +171,24 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
     tok = cfg.data.tokenizer or source.tokenizer
     if not tok:
         raise ConfigError(f"{source.path} names no tokenizer: pass --tokenizer PATH")
-    # EMDR2's score is q·d/√h on raw embeddings: an L2-normalised encoder (MiniLM) would give scores within
-    # ±1/√h and a near-uniform p(z|q), so joint training scores (and retrieves) unnormalised embeddings.
-    rcfg = source.rcfg.replace(normalize=False, context_length=cfg.train.seq_length)
+    scoring = joint_scoring(source)
+    if scoring.change:
+        print(scoring.change, file=sys.stderr)
+    rcfg = scoring.rcfg
+    cfg = update(cfg, {"train": {"seq_length": rcfg.context_length}})
+    if method == "pipeline" and refresh.indexer_ranks:
+        raise ConfigError("--method pipeline keeps the retriever fixed, so there is nothing to re-embed: drop "
+                          "--indexer-ranks")
+    if method == "pipeline" and refresh.every:
+        print(f"mwb: --method pipeline keeps the retriever fixed: its index is embedded once (not every "
+              f"{refresh.every} steps)", file=sys.stderr)
+        refresh = dataclasses.replace(refresh, every=0)
     if reader:
         reader = local_checkpoint(reader)
         rc, rvocab, _, _ = full_state(reader)
         kind = reader_kind(rc.model.arch, reader)
         model_tree = dataclasses.asdict(dataclasses.replace(rc.model, vocab_size=rvocab))
-    elif method == "individual":  # an extractive BERT reader from the retriever's BERT (else MiniLM's)
+    elif method in ("individual", "pipeline"):  # an extractive BERT reader from the retriever's BERT (else MiniLM's)
         reader = source.path if source.kind != "mwb-biencoder" else local_checkpoint(DEFAULT_RETRIEVER)
         rc, rvocab, _, _ = full_state(reader)
         kind, model_tree = "extractive", dataclasses.asdict(dataclasses.replace(rc.model, vocab_size=rvocab))
@@ -190,7 +207,7 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
                    dataclasses.asdict(ReaderConfig(seq_length=length)), method, top_k,
                    os.path.abspath(os.path.expanduser(evidence or BUNDLED_EVIDENCE)),
                    os.path.abspath(os.path.expanduser(questions or default_questions())), tok,
-                   dataclasses.asdict(rcfg), dataclasses.asdict(refresh), eval_questions)
+                   dataclasses.asdict(rcfg), dataclasses.asdict(refresh), eval_questions, scoring.description)
     for p in (plan.evidence, plan.questions):
         if not os.path.isfile(p):
             from mwb.core.errors import DataError
@@ -299,6 +316,7 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
     else:
         kept = initialise_retriever(trainer, open_source(plan.retriever))
         say(f"mwb: retriever from {plan.retriever}" + (f" (new: {', '.join(kept)})" if kept else ""))
+    say(f"mwb: retriever scoring in the joint losses and the saved retriever: {plan.scoring}")
     say(f"mwb: e2e-qa {plan.method}: {plan.reader_kind} reader ({plan.reader or 'random tiny T5'}), top-{plan.top_k} "
         f"of {len(evidence)} passages, {len(train_q)} training / {len(held_q)} held-out questions, index refresh "
         f"every {refresh.every or 'never'} step(s)" + (f" on {refresh.indexer_ranks} indexer rank(s)"

@@ -1,5 +1,5 @@
 """Training a reader alone on the shared trainer: the objective module ``mwb finetune qa-reader`` plugs into
-the fine-tuning runner (:mod:`mwb.tasks.finetune`), like the encoder and generative objectives.
+the fine-tuning runner (:mod:`mwb.tasks.api.finetune`), like the encoder and generative objectives.
 
 The runner calls ``featurize`` (examples → fixed-shape numpy samples, one per question with its K passages),
 ``make_spec`` (a :class:`ReaderSpec`: the reader model for this rank with the pretrained weights copied in,

@@ -32,7 +32,7 @@ from mwb.core.data.package_files import package_path
 from mwb.core.errors import DataError
 from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
 
-from ..bbc_data import BUNDLED as BBC, read_articles
+from ..bbc.data import BUNDLED as BBC, read_articles
 
 BUNDLED = "bundled:rtp+clean"  # --data value meaning the bundled pool
 ATTRIBUTES = ("offensiveYN", "intentYN", "sexYN", "whoTarget")

@@ -5,7 +5,8 @@ A prompt is ``prefix`` (instruction + examples, the same for every query of one 
 suffix`` whichever path scores it. When every label word is one token, the prefix's keys and values are
 computed once and each query runs only its own tokens on a copy of that cache (the cache's tensors are
 never written in place: a new query concatenates onto them); the next-token log-softmax at the last
-position gives every label word's score. Longer label words go through :func:`mwb.tasks.scoring.option_logprobs`.
+position gives every label word's score. Longer label words go through :func:`option_logprobs`, which
+scores each word's tokens after the whole context in one padded batch.
 """
 from __future__ import annotations
 
@@ -17,7 +18,22 @@ import torch.nn.functional as F
 from mwb.core.errors import DataError
 from mwb.core.models.transformer import KVCache
 
-from ..scoring import option_logprobs
+
+@torch.no_grad()
+def option_logprobs(lm, context: list[int], options: list[list[int]]) -> list[float]:
+    """Σ log p(option tokens | context) for each option, in one padded batch. Rows are right-padded: the model
+    is causal, so padding never changes a scored position."""
+    rows = [(context + o)[-lm.max_length - 1:] for o in options]
+    width = max(len(r) for r in rows) - 1
+    pad = lm.eod if lm.eod is not None else 0
+    inputs = torch.tensor([r[:-1] + [pad] * (width - len(r) + 1) for r in rows], dtype=torch.long)
+    logp = lm.log_probs(inputs)
+    scores = []
+    for b, (row, opt) in enumerate(zip(rows, options)):
+        n = len(opt)
+        tgt = torch.tensor(row[-n:], device=logp.device)
+        scores.append(float(logp[b, len(row) - 1 - n:len(row) - 1].gather(-1, tgt[:, None]).sum()))
+    return scores
 
 
 class LabelScorer:

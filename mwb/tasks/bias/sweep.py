@@ -14,8 +14,8 @@ import numpy as np
 
 from mwb.core.config import ConfigError
 
-from ..base import Option
-from ..registry import register
+from ..api.base import Option
+from ..api.registry import register
 from .task import BiasTask
 
 TABLE_METRICS = ("accuracy", "macro_f1", "calibrated_accuracy", "calibrated_macro_f1")

@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from mwb.evaluation.loading import load_language_model
 
-from ..base import Option, Task
-from ..registry import register
+from ..api.base import Option, Task
+from ..api.registry import register
 from .data import BUNDLED, read_examples
 from .label_scoring import LabelScorer
 from .prompts import (CONTENT_FREE, PromptFormat, calibrate, label_probs, read_instruction, select_shots,

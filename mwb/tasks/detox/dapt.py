@@ -3,8 +3,8 @@
 As in the paper's scripts: the pretrained weights without their optimizer state (a fresh optimizer),
 constant learning rate (2e-5 for the 1.3B model), Adam β = (0.9, 0.95), weight decay 0.1, gradient clip 1.0,
 on the ``.bin/.idx`` of the filtered samples (end-of-document appended). It runs on the pretraining trainer
-(:class:`~mwb.tasks.generative.GenerativeGPTSpec` copies the pretrained tensors into each rank's chunk), so
-every layout the trainer has applies. Validation perplexity is measured before and after on a held-out
+(:class:`~mwb.tasks.api.generative_objective.GenerativeGPTSpec` copies the pretrained tensors into each rank's
+chunk), so every layout the trainer has applies. Validation perplexity is measured before and after on a held-out
 slice of *pretraining* data: the bundled corpus, tokenized with the model's tokenizer (cached), its
 ``valid`` documents under the 949,50,1 split — the same documents ``mwb pretrain gpt`` holds out.
 """
@@ -31,7 +31,7 @@ from mwb.core.training.metrics_log import MetricsLogger
 from mwb.core.training.trainer import Trainer
 from mwb.evaluation.results import write_results
 
-from ..generative import GenerativeGPTSpec
+from ..api.generative_objective import GenerativeGPTSpec
 
 HELD_OUT_SPLIT = "949,50,1"
 PAPER_OPTIM = {"name": "adamw", "lr": 2e-5, "min_lr": 2e-5, "lr_schedule": "constant", "warmup_steps": 0,

@@ -29,7 +29,7 @@ from mwb.evaluation.results import write_results
 from mwb.evaluation.toxicity import Scorer, ScorerSpec
 from mwb.evaluation.toxicity.annotate import score_rows, write_jsonl
 
-from ..harness import evaluate_checkpoint
+from ..api.evaluate import evaluate_checkpoint
 from .dapt import HELD_OUT_SPLIT, domain_adaptive_train
 from .selfgen import filter_least_toxic, self_generate
 from .toxicity import Toxicity

@@ -18,8 +18,8 @@ from mwb.core.data.package_files import package_path
 from mwb.evaluation.loading import load_language_model
 from mwb.evaluation.toxicity import Scorer, ScorerSpec, toxicity_metrics
 
-from ..base import Option, Task
-from ..registry import register
+from ..api.base import Option, Task
+from ..api.registry import register
 from .prompts import read_prompts
 from .sampling import TEMPERATURE, TOP_P, bar, continuations, nucleus, rank0
 

@@ -3,9 +3,9 @@ writes the knowledge a reply needs, then the reply, each from in-context example
 
 Data: Wizard of Wikipedia as ParlAI releases it (a directory with ``train.json`` for the examples and
 ``test_random_split.json`` = ``--split seen`` or ``test_topic_split.json`` = ``--split unseen``), read by
-:mod:`.data`. The bundled default (``mwb/tasks/data/msdp_sample``) is NOT Wizard of Wikipedia: a few short
-dialogues written for mwb in its format, whose knowledge sentences quote the bundled Wikipedia passages.
-Decoding is greedy and keeps the first line. Metrics (ParlAI normalisation, :mod:`mwb.evaluation.dialogue_metrics`):
+:mod:`.data`. The bundled default (``bundled/msdp_sample`` beside this file) is NOT Wizard of Wikipedia: a few
+short dialogues written for mwb in its format, whose knowledge sentences quote the bundled Wikipedia passages.
+Decoding is greedy and keeps the first line. Metrics (ParlAI normalisation, :mod:`.metrics`):
 ``f1`` of the reply against the gold reply, ``kf1`` of the reply against the gold knowledge, and
 ``knowledge_f1`` of the stage-1 knowledge against the gold knowledge. Default model: ``smollm2-135m``.
 """
@@ -18,17 +18,17 @@ import sys
 import numpy as np
 
 from mwb.core.config import ConfigError
-from mwb.evaluation.dialogue_metrics import knowledge_f1, unigram_f1
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.loading import load_language_model
 from mwb.retrieval.system import minilm_dir
 
-from ..base import Option, Task
-from ..registry import register
+from ..api.base import Option, Task
+from ..api.registry import register
 from . import msdp_prompts as mp
 from .data import read_wow, wow_file
+from .metrics import knowledge_f1, unigram_f1
 
-SAMPLE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "msdp_sample")
+SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "msdp_sample")
 UNSEEN = ("unseen", "test_unseen", "valid_unseen")
 
 

@@ -8,7 +8,7 @@ are the responses. Inputs: :mod:`.examples` (``--actors``: k reference utterance
 from *other* conversations, Boyd et al. 2020; ``--knowledge``: top-k passages retrieved for the context,
 Santhanam et al. 2020). ``--references 0`` / ``--top-k 0`` are the baselines on the same examples.
 Objective: generative, the loss on the response only. Metrics: dev response perplexity (fine-tuning),
-unigram F1 and KF1 of greedy replies (:mod:`mwb.evaluation.dialogue_metrics`), and with ``--actors`` the
+unigram F1 and KF1 of greedy replies (:mod:`.metrics`), and with ``--actors`` the
 actor-ID consistency of the replies (:mod:`.actor_ranker`).
 """
 from __future__ import annotations
@@ -20,13 +20,13 @@ import sys
 
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
-from mwb.evaluation.dialogue_metrics import dialogue_scores
 
-from .. import base
-from ..knowledge_sources import knowledge_path
-from ..registry import register
+from ..api import base
+from ..api.registry import register
 from . import data as dd
 from . import examples as ex
+from .knowledge_sources import knowledge_path
+from .metrics import dialogue_scores
 
 
 def is_wow(path: str) -> bool:

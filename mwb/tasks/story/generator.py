@@ -14,8 +14,8 @@ import os
 from mwb.core.errors import DataError
 from mwb.evaluation.records import load_records
 
-from ..base import Option, Task
-from ..registry import register
+from ..api.base import Option, Task
+from ..api.registry import register
 
 
 def generator_prompt(context: str, knowledge: list[str] = None) -> str:

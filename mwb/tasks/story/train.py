@@ -24,9 +24,9 @@ from mwb.core.checkpoint.format import atomic_write_text
 from mwb.core.config import RunConfig
 from mwb.evaluation.results import write_results
 
-from ..finetune import finetune
+from ..api.finetune import finetune
 from .data import read_stories
-from .keyword_task import next_sentence_examples
+from .keyword_predictor import next_sentence_examples
 from .knowledge import knowledge_base, knowledge_sentences
 from .ranker import Ranker, RankerConfig, agreement, train_ranker, weak_labels
 

@@ -22,7 +22,7 @@ from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.loading import load_language_model
 
 from .generator import generator_prompt
-from .keyword_task import keyword_prompt
+from .keyword_predictor import keyword_prompt
 from .keywords import parse_keywords
 from .knowledge import knowledge_base, knowledge_sentences
 from .ranker import Ranker

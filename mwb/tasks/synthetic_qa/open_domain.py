@@ -24,22 +24,23 @@ from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.matching import has_answer
 from mwb.retrieval.text import BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
-from .. import encoder
-from ..model import build_task_model, load_weights
-from ..squad import Squad
-from ..squad_data import best_span, split_words
+from ..api import encoder_objective
+from ..api.encoder_model import build_task_model, load_weights
+from ..squad.data import best_span, split_words
+from ..squad.task import Squad
 
 
-def load_reader(task: Squad, reader: str, base: str = "minilm-l6", seed: int = 1234) -> encoder.EncoderRunner:
+def load_reader(task: Squad, reader: str, base: str = "minilm-l6", seed: int = 1234) -> encoder_objective.EncoderRunner:
     """A fine-tuned ``squad`` checkpoint, or for ``untrained`` the ``base`` encoder with a fresh span head."""
     if reader != "untrained":
-        return encoder.load_model(task, reader)[1]
+        return encoder_objective.load_model(task, reader)[1]
     cfg, vocab, tensors, tok = full_state(base)
     model = build_task_model(cfg.model, single_process_state(), vocab, "span", 2, seed)
     missing = load_weights(model, tensors, vocab, base, encoder_only=True)
     if missing:
         raise CheckpointError(f"{base} is not a BERT encoder: it lacks {', '.join(missing[:3])}")
-    return encoder.EncoderRunner(model.eval(), load_tokenizer(tok), task.opts["seq_length"], task.opts["batch_size"])
+    return encoder_objective.EncoderRunner(model.eval(), load_tokenizer(tok), task.opts["seq_length"],
+                                           task.opts["batch_size"])
 
 
 def select_questions(questions: list[dict], titled: bool = False, sample: Optional[int] = None,
@@ -73,7 +74,7 @@ def open_domain_eval(reader: str, questions: str, evidence: str, top_k: int = 5,
             examples.append({"id": f"{i}-{r}", "question": q["question"], "context": ev.texts[r], "words": words,
                              "answers": list(q["answers"]), "span": None, "q": i})
     features = task.features(examples, runner.tokenizer, runner.seq_length)
-    outputs = encoder.run(task, runner, features)
+    outputs = encoder_objective.run(task, runner, features)
     by_example: dict = {}
     for out, feat in zip(outputs, features):
         by_example.setdefault(int(feat["example"]), []).append((out, feat))

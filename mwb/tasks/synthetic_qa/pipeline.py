@@ -31,7 +31,7 @@ from mwb.core.errors import MwbError
 from mwb.evaluation.loading import load_language_model
 from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
 
-from ..squad_data import read_squad
+from ..squad.data import read_squad
 from .answers import answer_candidates
 from .questions import clean_question, generate_questions
 from .roundtrip import FilterRule, roundtrip_filter, squad_answerer

@@ -9,9 +9,9 @@ Metrics: EM/F1 of greedy questions against the reference ones. The run is then t
 """
 from __future__ import annotations
 
-from ..base import Option, Task
-from ..registry import register
-from ..squad_data import read_squad, squad_file
+from ..api.base import Option, Task
+from ..api.registry import register
+from ..squad.data import read_squad, squad_file
 from .answers import sentence_of
 from .questions import qg_prompt
 

@@ -3,7 +3,7 @@
 A QA model reads (context, question) and answers; the pair is kept when the SQuAD EM or F1 between that
 answer and the intended one reaches ``threshold`` (Puri et al. keep exact matches: ``metric="em"``,
 ``threshold=1``). The QA model is any function from examples to answer texts, so the rule is tested with a
-stub; :func:`squad_answerer` makes one from a fine-tuned ``squad`` checkpoint (:mod:`mwb.tasks.squad`).
+stub; :func:`squad_answerer` makes one from a fine-tuned ``squad`` checkpoint (:mod:`mwb.tasks.squad.task`).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import squad_exact_match, squad_f1
 
-from .. import encoder
-from ..squad import Squad
+from ..api import encoder_objective
+from ..squad.task import Squad
 
 METRICS = {"em": squad_exact_match, "f1": squad_f1}
 
@@ -46,12 +46,12 @@ def roundtrip_filter(examples: Sequence[dict], answer: Callable[[list[dict]], li
 
 def squad_answerer(checkpoint: str, seq_length: int = 192, batch_size: int = 16) -> Callable[[list[dict]], list[str]]:
     """Answers from a fine-tuned ``squad`` checkpoint (v1.1: always a span), for examples in
-    :func:`mwb.tasks.squad_data.read_squad`'s form."""
+    :func:`mwb.tasks.squad.data.read_squad`'s form."""
     task = Squad(seq_length=seq_length, batch_size=batch_size)
-    _, runner = encoder.load_model(task, checkpoint)
+    _, runner = encoder_objective.load_model(task, checkpoint)
 
     def answer(examples: list[dict]) -> list[str]:
         features = task.features(examples, runner.tokenizer, runner.seq_length)
-        outputs = encoder.run(task, runner, features)
+        outputs = encoder_objective.run(task, runner, features)
         return [p["text"] for p in task.predictions(outputs, features, examples)]
     return answer

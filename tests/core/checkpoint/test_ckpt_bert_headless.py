@@ -71,7 +71,7 @@ def test_task_model_loads_everything_but_its_head(tmp_path, pooler):
     """The fine-tuning path: the HF directory read directly fills the whole encoder (the pooler too, when the
     checkpoint has one); only the task head (and a missing pooler) start from their init."""
     from mwb.core.parallel.state import single_process_state
-    from mwb.tasks.model import build_task_model, load_weights
+    from mwb.tasks.api.encoder_model import build_task_model, load_weights
 
     plain_bert(pooler).save_pretrained(tmp_path / "hf")
     cfg, vocab, tensors, _ = full_state(str(tmp_path / "hf"))

@@ -79,7 +79,7 @@ def test_greedy_tokens_equal_transformers(models):
 @torch.no_grad()
 def test_wikitext_perplexity_equals_transformers(models):
     from mwb.evaluation.evaluator import evaluate
-    from mwb.tasks.registry import get_task
+    from mwb.tasks.api.registry import get_task
 
     lm, hf = models
     task = get_task("wikitext")(seq_length=128, overlap=96, batch_size=4)

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from mwb.core.data import package_files
 from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.tokenizers import tiktoken_bpe
@@ -54,8 +55,8 @@ def test_vocab_and_merges_follow_ranks():
 def test_gpt2_missing_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("MWB_CACHE", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(tiktoken_bpe, "_installed_whisper_file", lambda: None)
-    with pytest.raises(DataError, match="pip download --no-deps --no-binary :all: openai-whisper"):
+    monkeypatch.setattr(package_files, "installed_member", lambda src: None)
+    with pytest.raises(DataError, match=r"--tokenizer gpt2: .*run `mwb data fetch gpt2-ranks`.*--tokenizer /path/to/gpt2"):
         load_tokenizer("gpt2")
 
 

@@ -1,0 +1,220 @@
+"""The one task interface: data, inputs, objective, metrics. Fine-tuning and evaluation both use it.
+
+A task file declares four things and nothing else:
+
+``read(path, split)``        its data: examples (dicts) from the official on-disk format, any file
+                             ``datasets`` loads, or the bundled sample (``default_data``)
+``inputs(example, tok, n)``  how one example becomes model inputs (depends on the objective, below)
+``objective``                what the model is trained / scored on, one of :data:`OBJECTIVES`
+``metrics(preds, examples)`` the task's numbers from per-example predictions
+
+Objectives and what ``inputs`` returns for them:
+
+``classification``, ``regression``, ``multiple_choice``, ``token_classification``, ``span``
+    a BERT encoder + task head (:mod:`.encoder_objective`): numpy ``tokens``/``types``/``padding_mask`` and ``label``
+    (regression: a float scored by squared error; multiple choice: ``[choices, seq]``; token labels ``-100``
+    where unscored; span: ``[start, end]``). Predictions are argmax indices (regression: the score; span:
+    ``(start, end)``, or what the task's ``predictions`` hook makes of the start/end logits).
+``generative``
+    a GPT (the prompt is masked out of the loss) or a T5 (encoder input → decoder target)
+    (:mod:`.generative_objective`): ``{"prompt": str, "target": str}``. Predictions are greedy generations (text).
+``custom``
+    the task implements the harness steps itself (``load_model``/``load``/``build``/``run``/``aggregate``),
+    as LAMBADA, WikiText and open-domain QA do.
+
+The harness (:mod:`.evaluate`, ``mwb eval``) and the fine-tuning runner (:mod:`.finetune`, ``mwb finetune``)
+do everything else: checkpoints, parallel layouts, data-parallel sharding of evaluation, ``results.json``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional, Sequence
+
+import numpy as np
+
+from mwb.core.config import ConfigError
+from mwb.core.data.spans import pair_inputs  # noqa: F401  (task files build sentence pairs with it)
+
+ENCODER_OBJECTIVES = ("classification", "regression", "multiple_choice", "token_classification", "span")
+OBJECTIVES = ENCODER_OBJECTIVES + ("generative", "custom")
+TRAINABLE = ENCODER_OBJECTIVES + ("generative",)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A task option (``mwb eval TASK --name value``): ``type`` is bool (a flag), int, float or str."""
+    type: type
+    default: Any = None
+    help: str = ""
+
+
+class Task:
+    name: ClassVar[str] = "task"          # set by @register
+    description: ClassVar[str] = ""
+    objective: ClassVar[str] = "custom"
+    default_data: ClassVar[Optional[str]] = None  # the bundled sample in the official layout
+    num_labels: ClassVar[int] = 2         # classification / token classification heads
+    metric: ClassVar[str] = "accuracy"    # picks the best fine-tuning checkpoint (higher is better)
+    train_split: ClassVar[str] = "train"
+    eval_split: ClassVar[str] = "dev"
+    options: ClassVar[dict[str, Option]] = {
+        "split": Option(str, None, "Which split to evaluate (default: the task's dev split; e.g. test)."),
+        "batch_size": Option(int, 8, "Examples per forward pass."),
+        "seq_length": Option(int, None, "Input length (default: the checkpoint's)."),
+    }
+
+    def __init__(self, **opts: Any) -> None:
+        unknown = set(opts) - set(self.options)
+        if unknown:
+            raise ConfigError(f"task '{self.name}' has no option(s) {', '.join(sorted(unknown))} "
+                              f"(it takes: {', '.join(sorted(self.options)) or 'none'})")
+        self.opts = {k: opts.get(k, o.default) for k, o in self.options.items()}
+        self.examples: list[dict] = []
+
+    @classmethod
+    def trainable(cls) -> bool:
+        return cls.objective in TRAINABLE
+
+    # --- what a task file writes ------------------------------------------------------------------------
+    def read(self, path: str, split: str) -> list[dict]:
+        raise NotImplementedError(f"task '{self.name}' reads no data")
+
+    def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
+        raise NotImplementedError(f"task '{self.name}' has no inputs for objective '{self.objective}'")
+
+    def features(self, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
+        """Encoder objectives: the model inputs of ``examples``, one per example (:meth:`inputs`). A task
+        whose example needs several inputs (SQuAD's doc-stride windows) overrides this and
+        :meth:`predictions`; numpy metadata in a feature (e.g. its example's index) travels with it."""
+        return [self.inputs(e, tokenizer, seq_length) for e in examples]
+
+    def predictions(self, outputs: list, features: list[dict], examples: list[dict]) -> list:
+        """Encoder objectives: per-example predictions from the per-feature outputs of :meth:`decode`. Default:
+        one feature per example, so the outputs themselves; SQuAD pools its doc-stride windows here."""
+        return outputs
+
+    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
+        if self.objective == "generative":
+            from mwb.evaluation.metrics import squad_exact_match, squad_f1
+            golds = [self.inputs(e, None, 0)["target"] for e in examples]
+            return {"exact_match": _mean(squad_exact_match(p, g) for p, g in zip(preds, golds)),
+                    "f1": _mean(squad_f1(p, g) for p, g in zip(preds, golds)), "count": len(preds)}
+        return {"accuracy": _mean(int(p == e["label"]) for p, e in zip(preds, examples)), "count": len(preds)}
+
+    def prepare(self, path: str) -> None:
+        """Called with the data path before the model is built, by fine-tuning and ``mwb eval`` alike: a task
+        whose label set comes from the data (NER tags) sets ``num_labels`` here. Default: nothing."""
+
+    def decode(self, logits: np.ndarray, feature: dict):
+        """One encoder feature's prediction from its logits (``[labels]``, ``[choices]``, ``[seq, labels]`` or
+        span ``[seq, 2]``): argmax (span: start and end). Tasks that map predictions back to words or text
+        (NER first sub-tokens, span n-best lists) override it; ``feature`` is what :meth:`inputs` returned.
+        Regression: the score."""
+        if self.objective == "span":
+            return int(logits[:, 0].argmax()), int(logits[:, 1].argmax())
+        if self.objective == "regression":
+            return float(logits.reshape(-1)[0])
+        return logits.argmax(-1).tolist()
+
+    # --- harness steps (evaluation); objectives implement them, custom tasks override ----------------------
+    def data_path(self, path: Optional[str]) -> str:
+        if path:
+            return path
+        if self.default_data:
+            return self.default_data
+        raise ConfigError(f"task '{self.name}' needs --data PATH (it has no bundled sample)")
+
+    def load(self, path: Optional[str]) -> list[dict]:
+        """The evaluation examples: the split named by ``--split`` (when the task has that option) or ``eval_split``."""
+        return self.read(self.data_path(path), self.opts.get("split") or self.eval_split)
+
+    def load_model(self, checkpoint: str, tokenizer: Optional[str] = None, device=None):
+        """``(run config, runner)``; the runner is what :meth:`build`/:meth:`run` receive."""
+        return _objective(self).load_model(self, checkpoint, tokenizer, device)
+
+    def build(self, examples: list[dict], runner) -> list:
+        self.examples = examples
+        self.items = _objective(self).build(self, examples, runner)
+        return self.items
+
+    def run(self, runner, items: Sequence) -> list:
+        return _objective(self).run(self, runner, items)
+
+    def aggregate(self, results: list) -> dict[str, float]:
+        if self.objective in ENCODER_OBJECTIVES:
+            results = self.predictions(results, self.items, self.examples)
+        return self.metrics(results, self.examples)
+
+    def describe(self) -> dict:
+        """What results.json records about the task besides its metrics."""
+        return {"name": self.name, "objective": self.objective, "options": dict(self.opts)}
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _objective(task: Task):
+    """The module that implements the harness steps for ``task.objective`` (imported on use: each pulls in
+    its own model code)."""
+    if task.objective in ENCODER_OBJECTIVES:
+        from . import encoder_objective
+        return encoder_objective
+    if task.objective == "generative":
+        from . import generative_objective
+        return generative_objective
+    raise NotImplementedError(f"task '{task.name}' (objective '{task.objective}') must implement "
+                              f"load_model/build/run itself")
+
+
+# --------------------------------------------------------------------------------------------- options
+
+
+def parse_task_args(task_cls: type, args: Sequence[str]) -> dict:
+    """``['--strict', '--top-k', '5']`` → ``{'strict': True, 'top_k': 5}`` for the options ``task_cls`` declares.
+
+    Flags are written with dashes on the command line and underscores in ``Task.options``; ``--x=v`` works too.
+    """
+    out: dict[str, Any] = {}
+    args = list(args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"unexpected argument '{arg}' for task '{task_cls.name}'")
+        key, eq, value = arg[2:].partition("=")
+        name = key.replace("-", "_")
+        negate = name.startswith("no_") and name[3:] in task_cls.options
+        opt = task_cls.options.get(name[3:] if negate else name)
+        if opt is None:
+            known = ", ".join("--" + k.replace("_", "-") for k in sorted(task_cls.options)) or "none"
+            raise ConfigError(f"task '{task_cls.name}' has no option --{key} (it takes: {known})")
+        if opt.type is bool:
+            out[name[3:] if negate else name] = (not negate) if not eq else value.lower() in ("1", "true", "yes")
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(args):
+                raise ConfigError(f"option --{key} of task '{task_cls.name}' needs a value")
+            value = args[i + 1]
+            i += 1
+        try:
+            out[name] = opt.type(value)
+        except ValueError:
+            raise ConfigError(f"option --{key} expects {opt.type.__name__}, got {value!r}") from None
+        i += 1
+    return out
+
+
+# ------------------------------------------------------------------------------------ input builders
+
+
+def single_inputs(ids: list[int], tokenizer, seq_length: int) -> dict:
+    """``[CLS] ids [SEP]`` (cut to fit) with token types 0 and padding: one-sentence classification."""
+    tokenizer.require("cls", "sep", "pad", purpose="sentence classification inputs")
+    ids = [tokenizer.cls] + ids[: seq_length - 2] + [tokenizer.sep]
+    pad = seq_length - len(ids)
+    return {"tokens": np.array(ids + [tokenizer.pad] * pad, dtype=np.int64),
+            "types": np.zeros(seq_length, dtype=np.int64),
+            "padding_mask": np.array([1] * len(ids) + [0] * pad, dtype=np.int64)}

@@ -1,0 +1,192 @@
+"""``mwb finetune TASK``: any trainable task (encoder head or generative target) on the shared trainer.
+
+Everything pretraining has applies (TP/SP/PP/DP, the distributed optimizer, precision, accumulation,
+checkpoints, resume, progress, metrics.jsonl). On top, after every epoch the dev split is evaluated and a
+checkpoint saved; the best one is recorded in ``OUT/checkpoints/best`` and ``OUT/results.json`` holds its
+dev metrics; ``--keep-last K`` keeps the newest K epoch checkpoints and the best one. Encoder tasks are
+scored with the task's own metrics on the model being trained; generative tasks by their dev target-token
+loss during training, then — once, after training, in the launching process — by greedy generations of the
+best checkpoint through the evaluation harness (what ``mwb eval TASK --checkpoint OUT`` reproduces).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from typing import Optional
+
+import numpy as np
+
+from mwb.core import checkpoint
+from mwb.core.compose import full_state
+from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.config import RunConfig, dump_yaml, update
+from mwb.core.tokenizers import load_tokenizer
+from mwb.core.training.job import first_process, run_job
+from mwb.core.training.launch import init_distributed
+from mwb.core.training.metrics_log import MetricsLogger
+from mwb.core.training.trainer import Trainer
+from mwb.evaluation.results import write_results
+
+from . import encoder_objective, generative_objective
+from .evaluate import evaluate_checkpoint
+from .registry import get_task
+
+LOWER_IS_BETTER = ("loss", "ppl")  # metric names ending so are minimised
+
+
+class EpochShuffled:
+    """Sample ``i`` of an endless stream over ``features``: a fresh seeded permutation every epoch."""
+
+    def __init__(self, features: list[dict], seed: int) -> None:
+        self.features, self.seed = features, seed
+        self._perms: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return 10**12
+
+    def __getitem__(self, i: int) -> dict:
+        n = len(self.features)
+        epoch = i // n
+        if epoch not in self._perms:
+            self._perms[epoch] = np.random.default_rng([self.seed, epoch]).permutation(n)
+        return self.features[int(self._perms[epoch][i % n])]
+
+
+def objective_module(task):
+    """The module that featurises, builds the training spec and predicts for ``task``: a task with its own
+    (``training``, e.g. the open-domain QA reader) names it; else the encoder or generative objective."""
+    own = getattr(task, "training", None)
+    if own is not None:
+        return own
+    return generative_objective if task.objective == "generative" else encoder_objective
+
+
+def check_arch(task, arch: str, where: str) -> None:
+    from mwb.core.config import ConfigError
+    obj = objective_module(task)
+    arches = obj.arches(task) if hasattr(obj, "arches") else obj.ARCHES
+    if arch not in arches:
+        raise ConfigError(f"{where} holds a '{arch}' model; task '{task.name}' ({task.objective}) fine-tunes "
+                          f"{' or '.join(a.upper() for a in arches)}")
+
+
+def better(metric: str, value: float, best: float) -> bool:
+    if best is None:
+        return True
+    return value < best if metric.endswith(LOWER_IS_BETTER) else value > best
+
+
+def rank_main(tree: dict, job: dict) -> None:
+    """One rank of a fine-tuning run (``job``: task, task_opts, data, checkpoint, out, tokenizer, resume)."""
+    cfg = update(RunConfig(), tree)
+    rank, world, device = init_distributed(cfg.parallel.timeout_s)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    task = get_task(job["task"])(**job["task_opts"])
+    obj = objective_module(task)
+    tok = load_tokenizer(job["tokenizer"])
+    seq = cfg.train.seq_length
+    task.prepare(job["data"])
+    train_ex = task.read(job["data"], task.train_split)
+    dev_ex = task.read(job["data"], task.eval_split)
+    if obj is generative_objective:
+        dec = generative_objective.decoder_length(task, train_ex + dev_ex, tok, seq)
+        train_f, dev_f = (generative_objective.featurize(task, ex, tok, seq, cfg.model.arch, dec)
+                          for ex in (train_ex, dev_ex))
+    else:
+        train_f, dev_f = (obj.featurize(task, ex, tok, seq) for ex in (train_ex, dev_ex))
+    _, vocab, tensors, _ = full_state(job["checkpoint"])
+    spec = obj.make_spec(task, cfg, vocab, tensors, job["checkpoint"])
+    trainer = Trainer(cfg, spec, EpochShuffled(train_f, cfg.train.seed), dev_f, world_size=world, device=device)
+    if spec.missing:
+        say(f"mwb: not in the pretrained checkpoint, trained from scratch: {', '.join(spec.missing)}",
+            file=sys.stderr)
+    out, ckpt_root = job["out"], os.path.join(job["out"], "checkpoints")
+    if rank == 0:
+        os.makedirs(out, exist_ok=True)
+        dump_yaml(cfg, os.path.join(out, "config.yaml"), extra={"task": {**job, "train_examples": len(train_ex),
+                                                                          "dev_examples": len(dev_ex)}})
+    start = checkpoint.load(trainer, checkpoint.latest_dir(ckpt_root)) if job.get("resume") and \
+        checkpoint.latest_dir(ckpt_root) else 0
+    logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
+                           progress=cfg.logging.progress, world_size=world, start_step=start,
+                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
+    steps_per_epoch = job["steps_per_epoch"]
+    dev_steps = max(1, len(dev_f) // cfg.train.global_batch_size)
+    metric = "dev_loss" if obj is generative_objective else task.metric
+    history: list[dict] = []
+    best: dict = {"value": None, "step": None}
+    trainer.install_signal_handlers()
+
+    def epoch_metrics(tr) -> dict:
+        if obj is generative_objective:  # target-token loss over ⌊dev/G⌋ global batches (at least one)
+            loss = tr.evaluate(dev_steps)
+            return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
+        return task.metrics(obj.dev_predictions(task, tr, dev_f, dev_ex), dev_ex)
+
+    def after_step(tr, res, stop):
+        logger.log_step(res)
+        if res.step % steps_per_epoch == 0 or res.step == cfg.train.steps:
+            metrics = {**epoch_metrics(tr), "epoch": -(-res.step // steps_per_epoch)}
+            logger.log_eval(res.step, metrics)
+            history.append({"step": res.step, **metrics})
+            path = checkpoint.save(tr, ckpt_root, keep_last=0, extra_files={"tokenizer": job["tokenizer"]})
+            if better(metric, metrics[metric], best["value"]):
+                best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics)
+                if rank == 0:
+                    atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{res.step}\n")
+            if rank == 0 and cfg.train.keep_last > 0:  # --keep-last K: the newest K and the best survive
+                checkpoint.prune(ckpt_root, cfg.train.keep_last, keep=[f"step_{best['step']}"])
+        elif stop:
+            checkpoint.save(tr, ckpt_root, extra_files={"tokenizer": job["tokenizer"]})
+
+    trainer.run(after_step)
+    logger.close()
+    if rank == 0 and best["step"] is not None:
+        write_results(out, task.name, best["metrics"], checkpoint=job["checkpoint"],
+                      config=dataclasses.asdict(cfg),
+                      extra={"best_checkpoint": best["path"], "epochs": history, "split": task.eval_split,
+                             "objective": task.objective})
+
+
+def plan_steps(task, cfg: RunConfig, data: str, epochs: int) -> tuple[RunConfig, int]:
+    """Steps from the epochs and the training-set size (a set smaller than the global batch shrinks it).
+
+    The size is the number of training *examples* ``read`` returns — questions for SQuAD, not the doc-stride
+    windows they become (as Google's BERT ``run_squad.py`` counts ``num_train_steps``); the sample stream
+    still goes through every window, in a fresh order each pass."""
+    n_train = len(task.read(data, task.train_split))
+    gbs = cfg.train.global_batch_size
+    if n_train < gbs:
+        gbs = max(cfg.train.micro_batch_size, n_train // cfg.train.micro_batch_size * cfg.train.micro_batch_size)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, global_batch_size=gbs))
+    steps_per_epoch = max(n_train // gbs, 1)
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps_per_epoch * epochs)), \
+        steps_per_epoch
+
+
+def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) -> dict:
+    """Run :func:`rank_main` on each rank; for generative tasks, score the best checkpoint's generations.
+    Returns the results that ``OUT/results.json`` holds."""
+    task = get_task(task_name)(**job.get("task_opts", {}))
+    cfg, steps_per_epoch = plan_steps(task, cfg, job["data"], job["epochs"])
+    job = dict(job, steps_per_epoch=steps_per_epoch, task_opts=job.get("task_opts", {}))
+    run_job(cfg, nproc, rank_main, lambda dims: (dataclasses.asdict(cfg), job),
+            resume=os.path.join(job["out"], "checkpoints") if job.get("resume") else None)
+    results_path = os.path.join(job["out"], "results.json")
+    if not first_process() or not os.path.isfile(results_path):
+        return {}
+    with open(results_path) as f:
+        results = json.load(f)
+    if task.objective == "generative":  # the task's own metrics on greedy generations of the best checkpoint
+        report = evaluate_checkpoint(task, results["best_checkpoint"], job["data"], tokenizer=job["tokenizer"])
+        results["metrics"].update(report["metrics"])
+        write_results(job["out"], task.name, results["metrics"], checkpoint=job["checkpoint"],
+                      config=results.get("config"),
+                      extra={k: v for k, v in results.items() if k not in ("task", "metrics", "checkpoint", "config",
+                                                                          "time", "mwb", "torch")})
+        for name, text in getattr(task, "files", dict)().items():  # e.g. the generations, next to results.json
+            atomic_write_text(os.path.join(job["out"], name), text)
+    return results

@@ -1,0 +1,74 @@
+"""WikiText-103 perplexity, zero-shot (Megatron's ``tasks/zeroshot_gpt``).
+
+The file is detokenised (:mod:`mwb.evaluation.detokenizers`), tokenised as one stream and scored with a
+sliding window of ``seq_length`` tokens that advances ``overlap`` tokens at a time (Megatron's
+``--overlapping-eval``): every token after the first is scored exactly once, with up to ``seq_length``
+tokens of context. Reported: token perplexity ``exp(Σnll / (T-1))`` over the T-1 predicted tokens and
+Megatron's adjusted (word) perplexity ``exp(Σnll / (W-1))`` with W the whitespace-split words of the
+original file — both exclude the first token/word, which is never predicted.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import torch
+
+from mwb.core.errors import DataError
+from mwb.evaluation.detokenizers import detokenizer_for
+from mwb.evaluation.metrics import perplexity, word_perplexity
+from mwb.evaluation.records import read_text
+from mwb.evaluation.windows import batches, padded, rolling_windows
+
+from ..api.base import Option
+from ..api.registry import register
+from .common import LMTask
+
+DATA = os.path.join(os.path.dirname(__file__), "bundled")
+
+
+@register("wikitext", "wikitext103", "wikitext-103")
+class WikiText(LMTask):
+    description = "WikiText-103 perplexity (token and word-adjusted), sliding window, detokenised"
+    default_data = os.path.join(DATA, "wiki_sample.tokens")
+    options = {**LMTask.options,
+               "overlap": Option(int, 32, "Megatron's --overlapping-eval: new tokens scored per window; "
+                                          "= seq_length for disjoint windows."),
+               "detokenize": Option(bool, True, "Apply the WikiText detokenizer (by file name: wiki/ptb).")}
+
+    def load(self, path: Optional[str]) -> list[dict]:
+        path = self.data_path(path)
+        return [{"text": read_text(path), "path": path}]
+
+    def build(self, examples: list[dict], lm) -> list[dict]:
+        raw = "".join(ex["text"] for ex in examples)
+        path = examples[0]["path"] if examples else ""
+        self.num_words = len(raw.split())
+        text = detokenizer_for(path)(raw) if self.opts["detokenize"] else raw
+        ids = lm.encode(text)
+        if len(ids) < 2 or self.num_words < 2:
+            raise DataError(f"{path}: needs at least two words and two tokens to score")
+        self.num_tokens = len(ids)
+        seq = self.seq_length(lm)
+        stride = min(self.opts["overlap"] or seq, seq)
+        return [{"tokens": w, "skip": skip} for _, w, skip in rolling_windows(ids, seq, stride)]
+
+    @torch.no_grad()
+    def run(self, lm, items: Sequence[dict]) -> list[dict]:
+        out = []
+        for batch in batches(items, self.opts["batch_size"]):
+            logp = lm.log_probs(padded([it["tokens"][:-1] for it in batch], self.pad_id(lm)))
+            for b, it in enumerate(batch):
+                n = len(it["tokens"]) - 1
+                tgt = torch.tensor(it["tokens"][1:], device=logp.device)
+                lp = logp[b, :n].gather(-1, tgt[:, None])[:, 0][it["skip"]:]
+                out.append({"nll": -float(lp.double().sum()), "num_tokens": int(lp.numel())})
+        return out
+
+    def aggregate(self, results: list[dict]) -> dict:
+        nll = sum(r["nll"] for r in results)
+        scored = sum(r["num_tokens"] for r in results)
+        return {"perplexity": perplexity(nll, scored),
+                "adjusted_perplexity": word_perplexity(nll, self.num_words - 1),
+                "loss": nll / scored, "num_scored_tokens": scored, "num_tokens": self.num_tokens,
+                "num_words": self.num_words, "token_ratio": (self.num_tokens - 1) / (self.num_words - 1)}

@@ -1,0 +1,159 @@
+"""Open-domain QA reader on retrieved passages (``mwb finetune qa-reader``, ``mwb eval qa-reader``).
+
+Data: questions in DPR's formats (``question<TAB>["answer", ...]`` or jsonl ``{"question", "answers"}``),
+each with the top ``--top-k`` passages BM25 retrieves from the evidence (``--evidence``, DPR's ``id<TAB>text
+<TAB>title`` TSV; default the bundled Wikipedia sample), fixed for the whole run — Sachan et al.'s reader
+training before joint training. ``--passages random`` gives each question K passages drawn at random
+instead (seeded per question): the control that says how much of the reader's EM the retriever earns.
+Default questions: the bundled real DPR questions whose answer the evidence holds (``real_questions.jsonl.gz``),
+``--max-questions`` (500) of them spread evenly over the file. Splits: ``train`` is four questions in five,
+``dev`` every fifth, ``all`` everything (a file the reader never trained on).
+
+Inputs/objective: the reader of ``--reader`` — extractive (a BERT span reader; default start ``minilm-l6``),
+fid (T5 Fusion-in-Decoder; start from a T5 such as ``mwb pretrain t5``) or causal (a decoder-only LM that
+answers after the passages; default start ``smollm2-135m``) — :mod:`mwb.retrieval.readers`,
+trained on the shared trainer by :mod:`mwb.retrieval.readers.training`.
+``--answerable-only`` trains only on questions whose passages hold a gold answer, as DPR trains its reader
+(a generative reader trained on the others learns to answer from its own weights, not from the passages).
+``--mss-questions N`` adds N questions made from the evidence itself to the training split: a sentence with
+one salient span (a name or a date) written as a what/when question, whose answer is in the passage it came
+from (:func:`mwb.retrieval.salient_spans.mss_questions`; masked salient spans as REALM and Sachan et al.
+use them, for the reader). They cost no labels and teach a causal reader to read; dev keeps real questions.
+Metrics: SQuAD exact match and F1 against any gold answer, and how many questions had a gold answer in their
+passages (the reader's ceiling for extractive answers).
+"""
+from __future__ import annotations
+
+import sys
+
+from mwb.core.config import ConfigError
+from mwb.evaluation.metrics import squad_scores
+from mwb.retrieval.bm25 import BM25Retriever
+from mwb.retrieval.readers import training
+from mwb.retrieval.readers.base import KINDS, ReaderConfig, holds_answer
+from mwb.retrieval.readers.loading import load_reader
+from mwb.retrieval.salient_spans import mss_questions
+from mwb.retrieval.system import RandomRetriever
+from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
+
+from ..api.base import Option, Task
+from ..api.registry import register
+
+SPLITS = ("train", "dev", "all")
+PASSAGES = ("bm25", "random")
+
+
+@register("qa-reader")
+class QAReader(Task):
+    description = "open-domain QA reader (extractive BERT, T5 FiD or causal LM) on BM25 passages: SQuAD EM/F1"
+    objective = "custom"
+    metric = "exact_match"
+    default_data = BUNDLED_REAL_QUESTIONS
+    training = training
+    options = {
+        "split": Option(str, None, "train, dev (every fifth question) or all (default: dev)"),
+        "batch_size": Option(int, 8, "Questions per forward pass (evaluation)."),
+        "reader": Option(str, "extractive", "extractive (BERT spans), fid (T5 FiD) or causal (GPT/Llama)"),
+        "evidence": Option(str, None, "evidence TSV: id<TAB>text<TAB>title (default: bundled Wikipedia sample)"),
+        "top_k": Option(int, 5, "passages per question"),
+        "passages": Option(str, "bm25", "bm25 (retrieved) or random (a control)"),
+        "reader_length": Option(int, 192, "tokens per question + passage input"),
+        "answer_length": Option(int, 16, "FiD/causal: answer tokens; extractive: longest span (tokens)"),
+        "max_questions": Option(int, 500, "questions kept, evenly spread over the file (0: all)"),
+        "answerable_only": Option(bool, False, "train only on questions whose passages hold a gold answer "
+                                               "(DPR's reader training; dev and evaluation keep every question)"),
+        "mss_questions": Option(int, 0, "add N questions made from the evidence's salient spans to the "
+                                        "training split (answers in their passages; no labels)"),
+    }
+
+    def __init__(self, **opts) -> None:
+        super().__init__(**opts)
+        for key, allowed in (("reader", KINDS), ("passages", PASSAGES)):
+            if self.opts[key] not in allowed:
+                raise ConfigError(f"--{key} must be one of {', '.join(allowed)}, got '{self.opts[key]}'")
+        if self.opts["split"] not in (None, *SPLITS):
+            raise ConfigError(f"--split must be one of {', '.join(SPLITS)}")
+        if self.opts["top_k"] < 1:
+            raise ConfigError("--top-k must be at least 1")
+        if self.opts["mss_questions"] < 0:
+            raise ConfigError("--mss-questions must be 0 or more")
+        self.reader = self.opts["reader"]
+        self.reader_config = ReaderConfig(seq_length=self.opts["reader_length"],
+                                          max_answer_tokens=self.opts["answer_length"],
+                                          answer_length=self.opts["answer_length"])
+        self.base_arch = training.ARCH_OF_KIND[self.reader]
+        self._evidence = self._bm25 = None
+
+    @classmethod
+    def trainable(cls) -> bool:
+        return True
+
+    def base_checkpoint(self, say=print):
+        """Fine-tuning's start when no --checkpoint is given: MiniLM for the extractive reader, SmolLM2-135M for
+        the causal one; for FiD, None (the newest ``mwb pretrain t5`` run, or a tiny one trained first)."""
+        start = {"extractive": ("minilm-l6", "all-MiniLM-L6-v2"), "causal": ("smollm2-135m", "SmolLM2-135M-Instruct")}
+        if self.reader in start:
+            name, what = start[self.reader]
+            say(f"mwb: no --checkpoint given: the {self.reader} reader starts from {name} ({what})")
+            return name
+        return None
+
+    # --- data ------------------------------------------------------------------------------------------
+    def evidence(self):
+        if self._evidence is None:
+            self._evidence = read_evidence(self.opts["evidence"] or BUNDLED_EVIDENCE)
+        return self._evidence
+
+    def passages_for(self, questions: list[str]) -> list[list[int]]:
+        ev, k = self.evidence(), min(self.opts["top_k"], len(self.evidence()))
+        if self.opts["passages"] == "random":
+            return RandomRetriever(len(ev)).search(questions, k)[1].tolist()
+        if self._bm25 is None:
+            self._bm25 = BM25Retriever(ev)
+        return self._bm25.search(questions, k)[1].tolist()
+
+    def read(self, path: str, split: str) -> list[dict]:
+        qs, n = read_questions(path), self.opts["max_questions"]
+        if n and len(qs) > n:  # an even spread keeps every dataset of a file grouped by dataset
+            qs = [qs[i * len(qs) // n] for i in range(n)]
+        if split != "all":
+            qs = [q for i, q in enumerate(qs) if (i % 5 == 4) == (split == "dev")]
+        ev = self.evidence()
+        if split == "train" and self.opts["mss_questions"]:
+            made = mss_questions(ev.texts, self.opts["mss_questions"])
+            if len(made) < self.opts["mss_questions"]:
+                print(f"mwb: --mss-questions {self.opts['mss_questions']}: the evidence gives {len(made)} (one per "
+                      f"passage with a usable name or date)", file=sys.stderr)
+            qs = qs + made
+        rows = self.passages_for([q["question"] for q in qs])
+        out = [{"question": q["question"], "answers": list(q["answers"]),
+                "docs": [{"id": ev.ids[r], "title": ev.titles[r], "text": ev.texts[r]} for r in rs]}
+               for q, rs in zip(qs, rows)]
+        if split == "train" and self.opts["answerable_only"]:
+            out = [e for e in out if holds_answer(e["docs"], e["answers"])]
+        return out
+
+    # --- metrics ---------------------------------------------------------------------------------------
+    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
+        found = [holds_answer(e["docs"], e["answers"]) for e in examples]
+        return {**squad_scores(preds, [e["answers"] for e in examples]),
+                "answer_in_passages": 100.0 * sum(found) / max(len(found), 1), "count": len(preds)}
+
+    # --- harness ---------------------------------------------------------------------------------------
+    def load_model(self, checkpoint, tokenizer=None, device=None):
+        reader = load_reader(checkpoint, device or "cpu", self.reader_config, tokenizer)
+        self.reader = self.opts["reader"] = reader.kind  # the checkpoint decides; --reader is for fine-tuning
+        return reader.run_cfg, reader
+
+    def build(self, examples, reader):
+        self.examples = examples
+        return examples
+
+    def run(self, reader, items):
+        items = list(items)
+        bs = self.opts["batch_size"]
+        return [p for i in range(0, len(items), bs) for p in
+                reader.predict([e["question"] for e in items[i:i + bs]], [e["docs"] for e in items[i:i + bs]])]
+
+    def aggregate(self, results):
+        return self.metrics(results, self.examples)

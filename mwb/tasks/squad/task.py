@@ -1,0 +1,80 @@
+"""SQuAD 1.1 and 2.0 extractive question answering (Rajpurkar et al. 2016, 2018), as BERT fine-tunes it.
+
+``--version 1.1|2.0``; ``--data`` is the official JSON (``train-v1.1.json``, ``dev-v1.1.json``, or the v2.0
+files) or a directory holding them. Long contexts become doc-stride windows and the answer is decoded from
+the n-best spans of all windows of a question (:mod:`.data`). v1.1 scores the official EM/F1. v2.0
+predicts no answer exactly when the null score beats the best span score by more than ``--null-threshold``,
+scores EM/F1 with HasAns/NoAns breakdowns, and reports the dev-tuned best threshold (``best_f1_threshold``)
+to pass back as ``--null-threshold``.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from mwb.core.config import ConfigError
+from mwb.evaluation.metrics import squad_scores
+from mwb.evaluation.squad_metrics import best_null_threshold, squad_v2_scores
+
+from ..api.base import Option, Task
+from ..api.registry import register
+from .data import FILES, Windowing, best_span, read_squad, squad_file, windows
+
+
+@register("squad")
+class Squad(Task):
+    description = "SQuAD 1.1 / 2.0 extractive QA: doc-stride windows, n-best spans, EM/F1 (v2.0: null threshold)"
+    objective = "span"
+    metric = "f1"
+    options = {
+        **Task.options,
+        "version": Option(str, "1.1", "SQuAD version: 1.1 or 2.0 (unanswerable questions)."),
+        "doc_stride": Option(int, 128, "Tokens between the starts of a long context's windows."),
+        "max_query_tokens": Option(int, 64, "Question tokens kept."),
+        "n_best": Option(int, 20, "Start and end candidates per window."),
+        "max_answer_tokens": Option(int, 30, "Longest answer span, in tokens."),
+        "null_threshold": Option(float, 0.0, "v2.0: answer nothing when null score − best span score exceeds it."),
+    }
+
+    def __init__(self, **opts) -> None:
+        super().__init__(**opts)
+        if self.opts["version"] not in FILES:
+            raise ConfigError(f"SQuAD --version must be 1.1 or 2.0, not {self.opts['version']!r}")
+
+    def read(self, path: str, split: str) -> list[dict]:
+        return read_squad(squad_file(path, self.opts["version"], split))
+
+    def features(self, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
+        w = Windowing(seq_length, self.opts["doc_stride"], self.opts["max_query_tokens"])
+        return [f for i, e in enumerate(examples) for f in windows(e, i, tokenizer, w)]
+
+    def decode(self, logits, feature: dict):
+        """The window's start and end logits: the answer is chosen over all windows of a question."""
+        return logits[:, 0], logits[:, 1]
+
+    def predictions(self, outputs: list, features: list[dict], examples: list[dict]) -> list:
+        """Per question: ``{"text", "span_text", "null_margin"}`` — the answer after the null threshold, the
+        best span, and how far the null score beats it (None when no span was valid)."""
+        by_example = defaultdict(list)
+        for out, feat in zip(outputs, features):
+            by_example[int(feat["example"])].append((out, feat))
+        preds = []
+        for i, example in enumerate(examples):
+            outs, feats = zip(*by_example[i])
+            text, span, null = best_span(list(outs), list(feats), example, self.opts["n_best"],
+                                         self.opts["max_answer_tokens"])
+            margin = None if span is None else null - span
+            answer = text
+            if self.opts["version"] == "2.0" and (margin is None or margin > self.opts["null_threshold"]):
+                answer = ""
+            preds.append({"text": answer, "span_text": text, "null_margin": margin})
+        return preds
+
+    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
+        texts = [p["text"] for p in preds]
+        if self.opts["version"] == "1.1":
+            return {**squad_scores(texts, [e["answers"] for e in examples]), "count": len(preds)}
+        answers = [e["answers"] for e in examples]
+        out = squad_v2_scores(texts, answers)
+        margins = [float("inf") if p["null_margin"] is None else p["null_margin"] for p in preds]
+        out.update(best_null_threshold([p["span_text"] for p in preds], margins, answers))
+        return {**out, "count": len(preds)}

@@ -1,0 +1,2 @@
+"""Generative text tasks on record files: ``prompt-target`` (:mod:`.prompt_target`) and ``summarize``
+(:mod:`.summarize`)."""
