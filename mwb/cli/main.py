@@ -8,6 +8,7 @@ user can act on are printed as one line on stderr (exit 2 for usage, 1 at run ti
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 
