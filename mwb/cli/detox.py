@@ -9,20 +9,8 @@ import click
 
 from .options import default_out
 
-DEFAULT_MODEL = "smollm2-135m"
-
-
-def _default_checkpoint(say) -> str:
-    """smollm2-135m when its weights are installed, else the newest GPT pretraining run."""
-    from mwb.core.named_models import local_checkpoint
-    try:
-        path = local_checkpoint(DEFAULT_MODEL)
-        say(f"mwb detox: no --checkpoint given: detoxifying {DEFAULT_MODEL}")
-        return str(path)
-    except Exception as e:  # not installed: fall back to an mwb GPT
-        from mwb.evaluation.loading import resolve_checkpoint
-        say(f"mwb detox: {DEFAULT_MODEL} is not available ({e}); using an mwb GPT run")
-        return resolve_checkpoint(None, say=say)
+DEFAULT_MODEL = ("smollm2-135m when installed, else the newest `mwb pretrain gpt` run or a tiny one trained first "
+                 "(mwb.tasks.detox.dapt.DETOX_START)")
 
 
 # The defaults are the laptop-scale run measured in docs/detox.md (14 held-out prompts, 50 self-generated
@@ -55,7 +43,6 @@ def detox(ctx, checkpoint, out, steps, lr, global_batch_size, micro_batch_size, 
         return
     from mwb.tasks.detox.loop import LoopConfig, run_loop
     say = lambda m: click.echo(m, err=True)  # noqa: E731
-    checkpoint = checkpoint or _default_checkpoint(say)
     train = {k: v for k, v in dict(steps=steps, global_batch_size=global_batch_size,
                                    micro_batch_size=micro_batch_size, seq_length=seq_length).items() if v is not None}
     overrides = {"train": train, **({"optim": {"lr": lr, "min_lr": lr}} if lr is not None else {})}
@@ -79,13 +66,37 @@ def detox(ctx, checkpoint, out, steps, lr, global_batch_size, micro_batch_size, 
 def generate(checkpoint, num_samples, max_tokens, batch_size, seed, out):
     from mwb.evaluation.loading import load_language_model
     from mwb.evaluation.toxicity.annotate import write_jsonl
+    from mwb.tasks.api.setup import starting_checkpoint
+    from mwb.tasks.detox.dapt import DETOX_START
     from mwb.tasks.detox.selfgen import self_generate
     say = lambda m: click.echo(m, err=True)  # noqa: E731
-    checkpoint = checkpoint or _default_checkpoint(say)
+    checkpoint = checkpoint or starting_checkpoint(DETOX_START, say)
     _, lm = load_language_model(checkpoint)
     rows = self_generate(lm, num_samples, max_tokens, seed, batch_size)
     out = out or os.path.join(default_out("detox-generate"), "selfgen.jsonl")
     click.echo(f"{len(rows)} samples: {write_jsonl(out, rows)}")
+
+
+@detox.command(help="Real text for the DAPT baseline: passages of --max-tokens tokens cut from the bundled corpus's "
+                    "training documents (never its held-out ones) as {text, prompt, id} jsonl; score and filter "
+                    "them like self-generated samples to get the nontoxic subset.")
+@click.option("--tokenizer", default="smollm2-135m", show_default=True,
+              help="Tokenizer that measures the passages (a named model, or any --tokenizer form).")
+@click.option("--num-samples", type=int, default=256, show_default=True)
+@click.option("--max-tokens", type=int, default=64, show_default=True)
+@click.option("--corpus", default=None, help="{text} jsonl(.gz) of real text (default: the bundled corpus); its "
+                                           "train range of the 949,50,1 split is used.")
+@click.option("--seed", type=int, default=1234, show_default=True, help="Shuffles the training documents.")
+@click.option("--out", type=click.Path(), default=None,
+              help="Output jsonl (default runs/detox-plain-<time>/plain.jsonl).")
+def plain(tokenizer, num_samples, max_tokens, corpus, seed, out):
+    from mwb.core.named_models import named_tokenizer
+    from mwb.core.tokenizers import load_tokenizer
+    from mwb.evaluation.toxicity.annotate import write_jsonl
+    from mwb.tasks.detox.plain import plain_passages
+    rows = plain_passages(load_tokenizer(named_tokenizer(tokenizer)), num_samples, max_tokens, seed, corpus)
+    out = out or os.path.join(default_out("detox-plain"), "plain.jsonl")
+    click.echo(f"{len(rows)} passages: {write_jsonl(out, rows)}")
 
 
 @detox.command(name="filter", help="Keep the least toxic ⌊keep·n⌋ of n scored lines (unscored dropped), shuffled.")

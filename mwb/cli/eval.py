@@ -12,13 +12,16 @@ import os
 
 import click
 
+from .options import default_out
+
 EPILOG = """\b
 Examples:
   mwb eval --list
   mwb eval lambada --checkpoint runs/pretrain-gpt-X --data lambada_test.jsonl [--strict]
   mwb eval wikitext --checkpoint hf_gpt2_dir --data wiki.test.tokens --seq-length 1024 --overlap 32
 
-With no --data a task's bundled sample is used; with no --checkpoint the newest runs/pretrain-gpt-* run."""
+With no --data a task's bundled sample is used; with no --checkpoint the task's own model (qa, msdp, bias), the
+newest runs/finetune-TASK-* run of a task that fine-tunes, else the newest runs/pretrain-gpt-* run."""
 
 
 def _list_tasks() -> None:
@@ -49,10 +52,10 @@ def _list_tasks() -> None:
 def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, overlap, batch_size, limit, nproc):
     """Evaluate a checkpoint on TASK (`mwb eval --list` shows the tasks)."""
     from mwb.core.config import ConfigError
-    from mwb.evaluation.loading import resolve_checkpoint
     from mwb.tasks.api.base import parse_task_args
     from mwb.tasks.api.evaluate import run_eval
     from mwb.tasks.api.registry import get_task
+    from mwb.tasks.api.setup import eval_checkpoint
 
     if list_:
         return _list_tasks()
@@ -65,17 +68,7 @@ def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, ove
             if key not in cls.options:
                 raise ConfigError(f"task '{cls.name}' has no option --{key.replace('_', '-')}")
             opts[key] = value
-    if checkpoint is None and hasattr(cls, "default_checkpoint"):  # a task with its own default model (qa)
-        checkpoint = cls.default_checkpoint(say=lambda m: click.echo(m, err=True))
-    if checkpoint is None and cls.trainable():  # the newest fine-tuning run of this task
-        from mwb.cli.starting_points import latest_run
-        checkpoint = latest_run(f"finetune-{cls.name}")
-        if checkpoint is None:
-            raise ConfigError(f"no --checkpoint given and no runs/finetune-{cls.name}-* run: pass --checkpoint "
-                              f"or run `mwb finetune {cls.name}` first")
-        click.echo(f"no --checkpoint given: using the newest fine-tuning run {checkpoint}", err=True)
-    checkpoint = resolve_checkpoint(checkpoint, say=lambda m: click.echo(m, err=True))
-    from mwb.cli.options import default_out
+    checkpoint = eval_checkpoint(cls, checkpoint, say=lambda m: click.echo(m, err=True))
     out = out or default_out(f"eval-{cls.name}")
     if nproc and nproc > 1:
         from mwb.core.training.launch import launch

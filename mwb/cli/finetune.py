@@ -9,50 +9,36 @@ import os
 
 import click
 
-from .options import build_config, default_out, training_options
-from .starting_points import FINETUNE_DEFAULTS, default_checkpoint
+from .options import build_config, training_options
+
 
 def _task_command(name: str, cls) -> click.Command:
-    arch = "bert" if cls.objective != "generative" else "gpt"
+    task = cls()
+    arches = " or ".join(("a BERT encoder" if a == "bert" else f"a {a.upper()}") for a in task.arches())
 
     @click.command(name=name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                   help=f"{cls.description}\n\n--checkpoint takes an mwb run/checkpoint or a Hugging Face directory "
-                        f"({'a BERT encoder' if arch == 'bert' else 'a GPT or a T5'}); with none, the newest "
-                        f"`mwb pretrain {arch}` run (a tiny one is trained first if there is none). --data takes the "
-                        f"task's official layout; with none, its bundled sample. Task options: "
+                   help=f"{cls.description}\n\n--checkpoint takes an mwb run/checkpoint, a named model or a Hugging "
+                        f"Face directory ({arches}); with none, {task.start().describe()}. --data takes the task's "
+                        f"official layout; with none, its bundled sample. {task.finetuning.larger} Task options: "
                         + (", ".join("--" + k.replace("_", "-") for k in cls.options) or "none") + ".")
     @training_options
-    @click.option("--checkpoint", default=None, help="Pretrained checkpoint (mwb or Hugging Face).")
+    @click.option("--checkpoint", default=None, help="Pretrained checkpoint (mwb, named model or Hugging Face).")
     @click.option("--data", default=None, type=click.Path(), help="Task data directory or file.")
-    @click.option("--epochs", type=int, default=3, show_default=True, help="Training epochs.")
+    @click.option("--epochs", type=int, default=None,
+                  help=f"Training epochs [the task's default: {task.finetuning.epochs}].")
+    @click.option("--pack", is_flag=True, default=None,
+                  help="Generative tasks on a GPT: pack samples first-fit into --seq-length rows, each attending only "
+                       "to itself, positions restarting (Megatron's --reset-attention-mask --reset-position-ids); "
+                       "--global-batch-size then counts rows.")
     @click.pass_context
     def cmd(ctx, checkpoint, data, epochs, **kw):
-        from mwb.core.compose import full_state
-        from mwb.core.config import ConfigError, update
-        from mwb.core.named_models import local_checkpoint
         from mwb.tasks.api.base import parse_task_args
-        from mwb.tasks.api.finetune import check_arch, finetune
+        from mwb.tasks.api.setup import finetune_task
 
-        task_opts = parse_task_args(cls, ctx.args)
-        task = cls(**task_opts)
         say = lambda m: click.echo(m, err=True)  # noqa: E731
-        data = data or task.data_path(None)  # a task without bundled data fails before any pretraining
-        start = getattr(task, "base_checkpoint", lambda say: None)  # a task's own starting model (qa-reader)
-        checkpoint = local_checkpoint(checkpoint or start(say) or default_checkpoint(
-            getattr(task, "base_arch", arch), say, *getattr(cls, "default_pretraining", (None, 300))))
-        pre_cfg, _, _, tok_path = full_state(checkpoint)
-        check_arch(task, pre_cfg.model.arch, checkpoint)
-        tokenizer = kw.get("tokenizer") or tok_path
-        if not tokenizer:
-            raise ConfigError(f"{checkpoint} has no tokenizer: pass --tokenizer")
-        base = update(pre_cfg, FINETUNE_DEFAULTS)
-        base = update(base, {"parallel": {k: v for k, v in vars(type(base.parallel)()).items()}})
-        cfg = build_config(None, kw, base=base)
-        out = kw.get("out") or default_out(f"finetune-{name}")
-        job = {"task": name, "task_opts": task_opts, "data": os.path.abspath(data) if os.path.exists(data) else data,
-               "checkpoint": os.path.abspath(checkpoint), "out": out, "epochs": epochs,
-               "tokenizer": os.path.abspath(tokenizer), "resume": kw.get("resume")}
-        results = finetune(name, cfg, job, kw.get("nproc"))
+        results, out = finetune_task(cls, parse_task_args(cls, ctx.args), checkpoint, data, epochs,
+                                     lambda base: build_config(None, kw, base=base), kw.get("tokenizer"),
+                                     kw.get("out"), kw.get("nproc"), kw.get("resume"), say)
         if results:
             shown = {k: v for k, v in results["metrics"].items() if isinstance(v, float)}
             say("mwb: dev " + "  ".join(f"{k} {v:.4f}" for k, v in shown.items()))

@@ -6,14 +6,13 @@ user typed overrides the layers below.
 """
 from __future__ import annotations
 
-import datetime
-import os
 from typing import Optional
 
 import click
 
 from mwb.core.config import RunConfig, apply_sets, load_yaml, update
 from mwb.core.presets import apply_preset
+from mwb.core.training.run_dir import default_out  # noqa: F401  (runs/<command>-<time>, for every command)
 
 FLAG_TO_KEY = {
     "tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "ep": "parallel.ep", "cp": "parallel.cp",
@@ -24,7 +23,7 @@ FLAG_TO_KEY = {
     "keep_last": "train.keep_last", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
     "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr", "compile": "train.compile",
     "rampup_batch_size": "train.rampup_batch_size", "lora": "lora.rank", "lora_alpha": "lora.alpha",
-    "lora_dropout": "lora.dropout", "lora_targets": "lora.targets",
+    "lora_dropout": "lora.dropout", "lora_targets": "lora.targets", "pack": "train.pack",
 }
 
 
@@ -83,11 +82,6 @@ def training_options(fn):
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
-
-
-def default_out(command: str) -> str:
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{command}-{stamp}")
 
 
 def build_config(default_preset: Optional[str], kw: dict, data: Optional[list] = None,

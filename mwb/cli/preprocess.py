@@ -38,7 +38,8 @@ class _MultiValueCommand(click.Command):
               help="Writes P_{key}_document.bin/.idx (or P_{key}_sentence.* with --split-sentences).")
 @click.option("--tokenizer", required=True, metavar="T",
               help="tokenizer.json or HF tokenizer dir, SentencePiece .model, WordPiece vocab.txt, a dir "
-                   "with GPT-2 vocab.json + merges.txt, a tiktoken .tiktoken file, or gpt2.")
+                   "with GPT-2 vocab.json + merges.txt, a tiktoken .tiktoken file, gpt2, or a named model's "
+                   "(smollm2-135m: mwb models list).")
 @click.option("--json-keys", "json_keys", multiple=True, default=("text",), show_default=True, metavar="KEY [KEY...]",
               help="Record keys (parquet/csv columns) to tokenize; one output dataset per key.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 256),
@@ -51,15 +52,18 @@ class _MultiValueCommand(click.Command):
               help="For plain-text inputs: every non-empty line is a document (line), or every blank-line-"
                    "separated block is (paragraph).")
 @click.option("--skip-bad", is_flag=True, help="Skip malformed records (counted and reported) instead of stopping.")
+@click.option("--max-docs", type=click.IntRange(min=1), default=None,
+              help="Read only the first N documents of the inputs, in order (a fixed slice of a large corpus).")
 @click.option("--progress/--no-progress", default=None, help="tqdm progress bar on stderr (default: if a TTY).")
 def preprocess(inputs, output_prefix, tokenizer, json_keys, workers, append_eod, split_sentences, text_docs,
-               skip_bad, progress):
+               skip_bad, max_docs, progress):
     """Tokenize documents into Megatron MMIDIDX indexed datasets (.bin + .idx)."""
     from mwb.core.data.preprocess import preprocess as run
+    from mwb.core.named_models import named_tokenizer
 
-    r = run(list(inputs), output_prefix, tokenizer, json_keys=list(json_keys), workers=workers,
+    r = run(list(inputs), output_prefix, named_tokenizer(tokenizer), json_keys=list(json_keys), workers=workers,
             append_eod=append_eod, split_sentences=split_sentences, skip_bad=skip_bad, text_docs=text_docs,
-            progress=progress)
+            progress=progress, max_docs=max_docs)
     for key, prefix in r.outputs.items():
         click.echo(f"wrote {prefix}.bin and {prefix}.idx  (key {key!r})")
     click.echo(f"{r.documents} documents, {r.sequences} sequences, {r.tokens} tokens from {r.bytes / 1e6:.1f} MB "

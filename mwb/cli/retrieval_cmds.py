@@ -129,8 +129,8 @@ def dpr(data, valid, hard_negatives, **kw):
                "(normalisation, temperature, query and passage lengths).\n\n"
                "With no arguments: the minilm-l6 bi-encoder, an extractive reader from minilm-l6 (individual) "
                "or a tiny T5 FiD reader (emdr2), the bundled Wikipedia passages and questions (fixed held-out "
-               "split). Writes OUT/results.json (held-out top-k and EM before and after) and "
-               "OUT/checkpoints/step_N/{retriever,reader}.")
+               "split). Writes OUT/results.json (held-out top-k and EM before and after), OUT/predictions.jsonl (the "
+               "same per held-out question) and OUT/checkpoints/step_N/{retriever,reader}.")
 @training_options
 @click.option("--retriever", default=None, help="Retriever weights: minilm-l6 (default), a BERT or bi-encoder checkpoint.")
 @click.option("--reader", default=None, help="Reader checkpoint (BERT: extractive, T5: FiD, GPT: causal); default per --method.")

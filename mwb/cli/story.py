@@ -1,6 +1,7 @@
 """``mwb finetune story`` and ``mwb generate story``: MEGATRON-CNTRL's training pipeline and story writing.
 
-Parsing and printing only; the work is in :mod:`mwb.tasks.story` (``train.run_story``, ``writer.StoryWriter``).
+Parsing and printing only; the work is in :mod:`mwb.tasks.story` (``train.finetune_story`` through the one
+fine-tuning setup path, ``writer.StoryWriter``).
 """
 from __future__ import annotations
 
@@ -14,58 +15,47 @@ from .options import build_config, default_out, training_options
 
 @click.command(name="story", help="MEGATRON-CNTRL: train the keyword predictor, the knowledge ranker (MiniLM, "
                                   "weak labels) and the knowledge-conditioned generator on ROCStories. With no "
-                                  "arguments: the stories in ConceptNet 5.7.0's sdist, WordNet knowledge, the "
-                                  "newest `mwb pretrain gpt` run (a tiny one is trained first if there is none).")
+                                  "arguments (sized to finish within 10 minutes on 2 cores): 200 of the stories in "
+                                  "ConceptNet 5.7.0's sdist and WordNet knowledge (both fetched from PyPI on first "
+                                  "use, unless MWB_OFFLINE or HF_HUB_OFFLINE is set), the ranker trained 20 "
+                                  "steps, and the newest `mwb pretrain gpt` run (a tiny one is trained first if "
+                                  "there is none). A larger run: a real GPT "
+                                  "(--checkpoint smollm2-135m or a longer `mwb pretrain gpt`), --train-stories 0 "
+                                  "(every story of the train split), --ranker-steps 200, --generator-epochs 3 "
+                                  "— hours on a CPU; see docs/story.md.")
 @training_options
 @click.option("--checkpoint", default=None, help="GPT both the keyword predictor and the generator start from.")
 @click.option("--data", default=None, type=click.Path(), help="ROCStories CSV / Story Cloze TSV file or directory.")
 @click.option("--conceptnet", default=None, type=click.Path(exists=True, dir_okay=False),
               help="ConceptNet assertions CSV (5 tab-separated columns) instead of WordNet.")
-@click.option("--train-stories", type=click.IntRange(min=0), default=1000, show_default=True,
+@click.option("--train-stories", type=click.IntRange(min=0), default=200, show_default=True,
               help="Training stories used (0: all of the train split).")
-@click.option("--dev-stories", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--dev-stories", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--top-n", type=click.IntRange(min=1), default=3, show_default=True, help="Knowledge sentences kept.")
 @click.option("--knowledge/--no-knowledge", default=True, show_default=True,
               help="--no-knowledge trains the generator without knowledge (the ablation).")
 @click.option("--delexicalize", is_flag=True, help="Replace character names by [NAME1], [NAME2], …")
-@click.option("--ranker-steps", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("--ranker-steps", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--generator-epochs", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--keyword-epochs", type=click.IntRange(min=1), default=1, show_default=True)
 def finetune_story(checkpoint, data, conceptnet, train_stories, dev_stories, top_n, knowledge, delexicalize,
                    ranker_steps, generator_epochs, keyword_epochs, **kw):
     import dataclasses
 
-    from mwb.core.compose import full_state
-    from mwb.core.config import ConfigError, update
     from mwb.core.data.package_files import package_path
-    from mwb.core.named_models import local_checkpoint
     from mwb.tasks.story.ranker import RankerConfig
-    from mwb.tasks.story.train import StoryConfig, run_story
-
-    from .starting_points import FINETUNE_DEFAULTS, default_checkpoint
+    from mwb.tasks.story.train import finetune_story as run
 
     say = lambda m: click.echo(m, err=True)  # noqa: E731
-    data = data or package_path("rocstories")
-    checkpoint = local_checkpoint(checkpoint) if checkpoint else default_checkpoint("gpt", say)
-    pre_cfg, _, _, tok_path = full_state(checkpoint)
-    if pre_cfg.model.arch != "gpt":
-        raise ConfigError(f"{checkpoint} holds a '{pre_cfg.model.arch}' model; mwb finetune story fine-tunes a GPT")
-    tokenizer = kw.get("tokenizer") or tok_path
-    if not tokenizer:
-        raise ConfigError(f"{checkpoint} has no tokenizer: pass --tokenizer")
-    base = update(pre_cfg, FINETUNE_DEFAULTS)
-    base = update(base, {"parallel": dict(vars(type(base.parallel)()))})
-    if base.model.position_embedding != "learned" or base.model.max_position_embeddings >= 256:
-        base = update(base, {"train": {"seq_length": 256}})  # knowledge + story so far + next sentence
-    cfg = build_config(None, kw, base=base)
     out = kw.get("out") or default_out("finetune-story")
-    scfg = StoryConfig(data=os.path.abspath(data), out=out, checkpoint=os.path.abspath(checkpoint),
-                       tokenizer=os.path.abspath(tokenizer), train_stories=train_stories, dev_stories=dev_stories,
-                       top_n=top_n, knowledge=knowledge, delexicalize=delexicalize,
-                       conceptnet=os.path.abspath(conceptnet) if conceptnet else None,
-                       keyword_epochs=keyword_epochs, generator_epochs=generator_epochs,
-                       ranker=dataclasses.replace(RankerConfig(), steps=ranker_steps))
-    results = run_story(scfg, cfg, kw.get("nproc"))
+    ranker = dataclasses.replace(RankerConfig(), steps=ranker_steps)
+    if kw.get("seed") is not None:  # --seed seeds the ranker's batches too, not only the GPT parts
+        ranker = dataclasses.replace(ranker, seed=kw["seed"])
+    results = run(checkpoint, data or package_path("rocstories"), conceptnet,
+                  lambda base: build_config(None, kw, base=base), kw.get("tokenizer"), out, kw.get("nproc"), say,
+                  ranker=ranker, train_stories=train_stories,
+                  dev_stories=dev_stories, top_n=top_n, knowledge=knowledge, delexicalize=delexicalize,
+                  keyword_epochs=keyword_epochs, generator_epochs=generator_epochs)
     if results:
         m = results["metrics"]
         if knowledge:
@@ -93,7 +83,7 @@ def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conce
     from mwb.tasks.story.keywords import parse_control
     from mwb.tasks.story.writer import WriteConfig, StoryWriter
 
-    from .starting_points import latest_run
+    from mwb.core.training.run_dir import latest_run
 
     checkpoint = checkpoint or latest_run("finetune-story")
     if checkpoint is None:

@@ -21,8 +21,11 @@ def tokenizer():
 @click.option("--lowercase", is_flag=True, help="Lower-case text first (wordpiece only: an uncased vocabulary).")
 @click.option("--text-docs", type=click.Choice(["line", "paragraph"]), default="line", show_default=True,
               help="For plain-text inputs: a document per line or per blank-line-separated block.")
+@click.option("--max-words", type=click.IntRange(min=1), default=None,
+              help="Train on the inputs' first N whitespace-separated words only (vocabularies from different "
+                   "corpora then see the same amount of text).")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-def train(kind, vocab_size, out_dir, t5, json_keys, lowercase, text_docs, inputs):
+def train(kind, vocab_size, out_dir, t5, json_keys, lowercase, text_docs, max_words, inputs):
     """Train a tokenizer on INPUT files (text, JSONL, parquet, ...).
 
     Adds the special tokens <|endoftext|> [PAD] [MASK] [CLS] [SEP] (ids 0-4), plus T5 sentinels with --t5.
@@ -30,7 +33,8 @@ def train(kind, vocab_size, out_dir, t5, json_keys, lowercase, text_docs, inputs
     from mwb.core.tokenizers import load_tokenizer, train_tokenizer
 
     path = train_tokenizer(kind, list(inputs), vocab_size, out_dir, t5_sentinels=100 if t5 else 0,
-                           json_keys=list(json_keys), lowercase=lowercase, text_docs=text_docs)
+                           json_keys=list(json_keys), lowercase=lowercase, text_docs=text_docs,
+                           max_words=max_words)
     tok = load_tokenizer(path)
     click.echo(f"wrote {kind} tokenizer with {tok.vocab_size} entries: {path}  (use --tokenizer {path})")
 

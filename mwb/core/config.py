@@ -149,6 +149,9 @@ class TrainConfig:
     # Megatron's --rampup-batch-size [start, increment, samples]: the global batch grows from start to
     # global_batch_size by increment every samples / ((global_batch_size - start) / increment) samples
     rampup_batch_size: Optional[list] = None
+    # generative fine-tuning (--pack): several samples share a row of seq_length + 1 tokens, each attending
+    # only to itself, positions restarting per sample (mwb.core.data.packing)
+    pack: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import json
 import os
 from typing import Callable, Optional
 
@@ -138,6 +139,20 @@ def local_checkpoint(path) -> str:
         return path
     s = str(path)
     return hub_checkpoint(s) if s.startswith(HF_PREFIX) else named_checkpoint(s)
+
+
+def named_tokenizer(path) -> str:
+    """What a ``--tokenizer`` value names: a named model's own tokenizer (the directory its converted checkpoint
+    keeps), so ``mwb preprocess --tokenizer smollm2-135m`` tokenizes data the way that model reads it; any other
+    value is returned as it is, for the tokenizer loader to read."""
+    if not is_model_name(path):
+        return path
+    ckpt = local_checkpoint(path)
+    with open(os.path.join(ckpt, "metadata.json"), encoding="utf-8") as f:
+        rel = json.load(f).get("tokenizer")
+    if not rel:
+        raise CheckpointError(f"model '{path}' keeps no tokenizer with its checkpoint ({ckpt})")
+    return os.path.join(ckpt, rel)
 
 
 def model_rows() -> list[dict]:

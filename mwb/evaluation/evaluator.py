@@ -43,10 +43,13 @@ def gather_ordered(results: list, indices: list[int], total: int, rank: int, siz
     return ordered
 
 
-def evaluate(task, lm, data: Optional[str] = None, state=None, limit: Optional[int] = None) -> dict:
+def evaluate(task, lm, data: Optional[str] = None, state=None, limit: Optional[int] = None,
+             records: bool = False) -> dict:
     """Metrics of ``task`` on ``data`` (or its bundled sample) for the model in ``lm``; same on every rank.
 
-    Returns ``{"metrics": {...}, "num_items": N, "seconds": s}``. ``limit`` keeps the first N examples."""
+    Returns ``{"metrics": {...}, "num_items": N, "seconds": s}``. ``limit`` keeps the first N examples.
+    ``records``: also ``"records"``, the task's per-item records (``task.item_records``) of the gathered
+    results — in item order, so they do not depend on the number of ranks either."""
     t0 = time.perf_counter()
     examples = task.load(data)
     if limit:
@@ -57,5 +60,8 @@ def evaluate(task, lm, data: Optional[str] = None, state=None, limit: Optional[i
     results = task.run(lm, [items[i] for i in indices]) if indices else []
     ordered = gather_ordered(results, indices, len(items), rank, size, group)
     metrics = task.aggregate(ordered)
-    return {"metrics": metrics, "num_items": len(items), "num_examples": len(examples),
-            "seconds": round(time.perf_counter() - t0, 3), "dp_size": size}
+    report = {"metrics": metrics, "num_items": len(items), "num_examples": len(examples),
+              "seconds": round(time.perf_counter() - t0, 3), "dp_size": size}
+    if records:
+        report["records"] = task.item_records(ordered)
+    return report

@@ -7,11 +7,10 @@ missing (the newest ``runs/pretrain-gpt-*`` run, said out loud), and fail with t
 """
 from __future__ import annotations
 
-import glob
-import os
 from typing import Callable, Optional
 
 from mwb.core.config import ConfigError
+from mwb.core.training.run_dir import latest_run
 
 NO_CHECKPOINT = ("no --checkpoint given and no runs/pretrain-gpt-* run with a checkpoint in the current "
                  "directory: pass --checkpoint DIR (an mwb run or checkpoint directory, or a Hugging Face "
@@ -19,10 +18,9 @@ NO_CHECKPOINT = ("no --checkpoint given and no runs/pretrain-gpt-* run with a ch
 
 
 def latest_gpt_run(root: str = "runs") -> Optional[str]:
-    """The most recently modified ``runs/pretrain-gpt-*`` directory that holds a complete checkpoint."""
-    runs = [d for d in glob.glob(os.path.join(root, "pretrain-gpt-*"))
-            if os.path.isfile(os.path.join(d, "checkpoints", "latest"))]
-    return max(runs, key=os.path.getmtime) if runs else None
+    """The most recently modified ``runs/pretrain-gpt-<time>`` directory that holds a complete checkpoint
+    (the one run lookup, :func:`mwb.core.training.run_dir.latest_run`)."""
+    return latest_run("pretrain-gpt", root)
 
 
 def resolve_checkpoint(checkpoint: Optional[str], say: Callable[[str], None] = print) -> str:

@@ -13,7 +13,8 @@ from typing import Sequence
 from .metrics import normalize_answer, squad_exact_match, squad_f1
 
 
-def _em_f1(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
+def em_f1(prediction: str, answers: Sequence[str]) -> tuple[float, float]:
+    """One question's (EM, F1) in 0–1 under the v2.0 rules above (no gold answers: both 1 iff empty)."""
     golds = [a for a in answers if normalize_answer(a)] or [""]
     if golds == [""]:
         hit = float(not normalize_answer(prediction))
@@ -28,7 +29,7 @@ def squad_v2_scores(predictions: Sequence[str], answers: Sequence[Sequence[str]]
     counts (``HasAns_total``, ``NoAns_total``)."""
     if len(predictions) != len(answers):
         raise ValueError(f"squad: {len(predictions)} predictions for {len(answers)} questions")
-    rows = [(bool(a), *_em_f1(p, a)) for p, a in zip(predictions, answers)]
+    rows = [(bool(a), *em_f1(p, a)) for p, a in zip(predictions, answers)]
     out = {}
     for key, keep in (("", None), ("HasAns_", True), ("NoAns_", False)):
         part = [r for r in rows if keep is None or r[0] == keep]
@@ -51,10 +52,10 @@ def best_null_threshold(span_texts: Sequence[str], null_margins: Sequence[float]
     order = sorted(range(n), key=lambda k: null_margins[k])
     out = {}
     for i, key in ((0, "exact"), (1, "f1")):
-        score = sum(_em_f1("", a)[i] for a in answers)  # every question left empty
+        score = sum(em_f1("", a)[i] for a in answers)  # every question left empty
         best, best_t = score, min(null_margins, default=0.0) - 1.0
         for pos, k in enumerate(order):
-            score += _em_f1(span_texts[k], answers[k])[i] - _em_f1("", answers[k])[i]
+            score += em_f1(span_texts[k], answers[k])[i] - em_f1("", answers[k])[i]
             tied = pos + 1 < n and null_margins[order[pos + 1]] == null_margins[k]
             if not tied and score > best:  # a threshold answers every question of an equal margin
                 best, best_t = score, null_margins[k]

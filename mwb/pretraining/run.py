@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Optional
 
-from mwb.core.config import ConfigError, RunConfig, dump_yaml, update
+from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.data import pubmed
 from mwb.core.errors import DataError
 
@@ -99,7 +99,8 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
     """Everything one rank does; rank 0 alone writes logs and prints."""
     from mwb.core import checkpoint
     from mwb.core.training.launch import init_distributed
-    from mwb.core.training.metrics_log import MetricsLogger, flops_per_token
+    from mwb.core.training.metrics_log import flops_per_token
+    from mwb.core.training.run_dir import open_run
     from mwb.core.training.step_actions import StepActions
     from mwb.core.training.trainer import Trainer
 
@@ -119,22 +120,15 @@ def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
             start = checkpoint.load(trainer, latest)
             say(f"mwb: resumed from {latest} (step {start})", file=sys.stderr)
     counts = parameter_counts(trainer)
-    if rank == 0:
-        os.makedirs(out, exist_ok=True)
-        dump_yaml(cfg, os.path.join(out, "config.yaml"),
-                  extra={"derived": {"world_size": world, "dp": trainer.dims.dp, "vocab_size": plan.vocab_size,
-                                     "tokenizer": plan.tokenizer, "parameters": counts}})
-        say(f"mwb: {cfg.model.arch} with {counts['total'] / 1e6:.2f}M parameters "
-            f"({counts['active'] / 1e6:.2f}M active per token) on {world} rank(s): tp {trainer.dims.tp} "
-            f"pp {trainer.dims.pp} dp {trainer.dims.dp} ep {trainer.dims.ep}, {cfg.train.precision}",
-            file=sys.stderr)
+    say(f"mwb: {cfg.model.arch} with {counts['total'] / 1e6:.2f}M parameters "
+        f"({counts['active'] / 1e6:.2f}M active per token) on {world} rank(s): tp {trainer.dims.tp} "
+        f"pp {trainer.dims.pp} dp {trainer.dims.dp} ep {trainer.dims.ep}, {cfg.train.precision}", file=sys.stderr)
     m = cfg.model
     nonembed = counts["active"] - plan.vocab_size * m.hidden_size
-    logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
-                           progress=cfg.logging.progress,
-                           flops_per_tok=flops_per_token(nonembed, m.num_layers, cfg.train.seq_length, m.hidden_size),
-                           peak_tflops=cfg.logging.peak_tflops, world_size=world, start_step=start,
-                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
+    logger = open_run(out, cfg, rank, world, start_step=start,
+                      extra={"derived": {"world_size": world, "dp": trainer.dims.dp, "vocab_size": plan.vocab_size,
+                                         "tokenizer": plan.tokenizer, "parameters": counts}},
+                      flops_per_tok=flops_per_token(nonembed, m.num_layers, cfg.train.seq_length, m.hidden_size))
     trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train,
                           extra_files={"tokenizer": plan.tokenizer} if plan.tokenizer else None, say=say, saved=latest)

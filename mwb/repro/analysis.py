@@ -42,9 +42,12 @@ class Cells:
         return out
 
     def records(self, condition: str, metric: str):
-        """Per-seed record lists when every seed's cell has per-item records carrying ``metric``; else None."""
-        runs = [self.results[(condition, s)].predictions for s in self.seeds]
-        if any(not run for run in runs) or any(metric not in rec for run in runs for rec in run):
+        """Per-seed lists of the records carrying ``metric`` when every seed's cell has some; else None. A cell
+        may hold items of several evaluations (prompts scored for toxicity, documents scored for perplexity):
+        each metric is compared over the items that carry it, paired by id as always."""
+        runs = [[rec for rec in (self.results[(condition, s)].predictions or []) if metric in rec]
+                for s in self.seeds]
+        if any(not run for run in runs):
             return None
         return runs
 

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Optional
 
-from mwb.core.config import ConfigError, RunConfig, dump_yaml, update
+from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.presets import apply_preset
 
 from .biencoder import RetrievalConfig
@@ -164,7 +164,7 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
     from mwb.core.config import to_dict
     from mwb.core.tokenizers import load_tokenizer
     from mwb.core.training.launch import init_distributed
-    from mwb.core.training.metrics_log import MetricsLogger
+    from mwb.core.training.run_dir import open_run
     from mwb.core.training.step_actions import StepActions
     from mwb.core.training.trainer import Trainer
 
@@ -186,21 +186,17 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
         say(f"mwb: resumed from {latest} (step {start})", file=sys.stderr)
     elif plan.init:
         _initialise(trainer, plan.init, say)
+    n = sum(math.prod(getattr(p, "full_shape", p.shape)) for p in trainer.model.parameters())
+    say(f"mwb: {plan.kind} bi-encoder ({'shared' if rcfg.shared else 'separate'} towers, {n / 1e6:.2f}M "
+        f"parameters) on {world} rank(s): tp {trainer.dims.tp} dp {trainer.dims.dp}; in-batch negatives "
+        f"per forward: {cfg.train.micro_batch_size * trainer.dims.dp} questions", file=sys.stderr)
+    logger = open_run(out, cfg, rank, world, start_step=start,
+                      extra={"biencoder": dataclasses.asdict(rcfg),
+                             "derived": {"objective": plan.kind, "world_size": world, "dp": trainer.dims.dp,
+                                         "data": plan.data, "valid": plan.valid, "init": plan.init}})
     extras = {"tokenizer": plan.tokenizer}
     if rank == 0:
-        os.makedirs(out, exist_ok=True)
         extras["biencoder"] = write_config_file(rcfg, out)
-        dump_yaml(cfg, os.path.join(out, "config.yaml"),
-                  extra={"biencoder": dataclasses.asdict(rcfg),
-                         "derived": {"objective": plan.kind, "world_size": world, "dp": trainer.dims.dp,
-                                     "data": plan.data, "valid": plan.valid, "init": plan.init}})
-        n = sum(math.prod(getattr(p, "full_shape", p.shape)) for p in trainer.model.parameters())
-        say(f"mwb: {plan.kind} bi-encoder ({'shared' if rcfg.shared else 'separate'} towers, {n / 1e6:.2f}M "
-            f"parameters) on {world} rank(s): tp {trainer.dims.tp} dp {trainer.dims.dp}; in-batch negatives "
-            f"per forward: {cfg.train.micro_batch_size * trainer.dims.dp} questions", file=sys.stderr)
-    logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
-                           progress=cfg.logging.progress, world_size=world, start_step=start,
-                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
     trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train, extra_files=extras, say=say, saved=latest)
 

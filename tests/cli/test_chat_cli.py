@@ -6,7 +6,9 @@ import sys
 import pytest
 
 from tests.helpers.checkpoints import tiny_checkpoint
+from tests.helpers.needs import needs
 
+pytestmark = needs("pexpect")
 pexpect = pytest.importorskip("pexpect")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TURNS = ["Hello there, who are you?", "Tell me about the river"]

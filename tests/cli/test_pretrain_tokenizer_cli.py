@@ -17,6 +17,7 @@ from mwb.core.data.indexed import IndexedDataset
 from mwb.core.data.sentences import split_sentences
 from mwb.core.errors import DataError
 from mwb.core.tokenizers import tiktoken_bpe
+from tests.helpers.needs import needs
 
 # GPT-2's pre-tokenisation regex (tiktoken's "gpt2" encoding), written out so the reference needs no download
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -35,7 +36,7 @@ def _ranks():
 RANKS = _ranks()
 
 
-@pytest.mark.skipif(RANKS is None, reason=tiktoken_bpe.HOW_TO_GET)
+@needs("tiktoken", data=["gpt2-ranks"])
 def test_pretrain_gpt2_tokenizer_trains_on_gpt2_ids_of_bundled_corpus(tmp_path):
     tiktoken = pytest.importorskip("tiktoken")
     out = str(tmp_path / "run")

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from tests.helpers.cli import run_cli
+from tests.helpers.needs import needs
 
 
 @pytest.mark.parametrize("content", ["", "\n  \n"], ids=["empty", "blank-lines"])
@@ -19,8 +20,8 @@ def test_empty_file_is_an_error(tmp_path, capsys, content):
     assert "mean toxicity" not in out and not os.path.exists(tmp_path / "gen.scored.jsonl")
 
 
+@needs("profanity_check")  # the default scorer
 def test_only_empty_texts_is_an_error(tmp_path, capsys, monkeypatch):
-    pytest.importorskip("profanity_check")  # the default scorer
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "gen.jsonl"
     src.write_text("".join(json.dumps({"text": ""}) + "\n" for _ in range(3)))

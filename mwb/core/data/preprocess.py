@@ -169,8 +169,10 @@ def preprocess(
     text_docs: str = "line",
     chunk_size: int = 256,
     progress: Optional[bool] = None,
+    max_docs: Optional[int] = None,
 ) -> PreprocessResult:
-    """Tokenize ``inputs`` into one indexed dataset per key; see the module docstring.
+    """Tokenize ``inputs`` into one indexed dataset per key; see the module docstring. ``max_docs`` reads only
+    the first that many documents (records) of the inputs, in order: a fixed slice of a large corpus.
 
     ``tokenizer`` is a path (what ``--tokenizer`` takes) or a loaded :class:`~mwb.core.tokenizers.Tokenizer`
     (its ``path`` is reloaded in workers). ``progress=None`` shows a tqdm bar only when stderr is a TTY.
@@ -181,6 +183,8 @@ def preprocess(
     keys = list(json_keys) or ["text"]
     if not inputs:
         raise DataError("no input files (give --input FILE)")
+    if max_docs is not None and max_docs < 1:
+        raise DataError(f"max_docs must be at least 1, got {max_docs}")
     if len(set(keys)) != len(keys):
         raise DataError(f"--json-keys has duplicates: {' '.join(keys)}")
     for p in inputs:
@@ -205,6 +209,8 @@ def preprocess(
                desc="preprocess", dynamic_ncols=True, mininterval=0.5)
     try:
         items = iter_items(inputs, keys, text_docs)
+        if max_docs is not None:
+            items = itertools.islice(items, max_docs)
         init_args = (tok_arg, keys, append_eod, split_sentences)
         results = contextlib.closing(_results(_chunks(items, chunk_size), max(1, int(workers)), init_args))
         with results as encoded_chunks:  # closing stops the worker pool at once on an error

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from ..config import ModelConfig
-from .transformer import (CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, make_norm,
-                          padding_mask)
+from .transformer import (CrossEntropy, Embedding, KVCache, TiedEmbeddingStage, TransformerBlock, document_mask,
+                          make_norm, padding_mask)
 
 
 class GPTModel(TiedEmbeddingStage, nn.Module):
@@ -37,14 +37,17 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
     def forward(self, tokens: Optional[torch.Tensor] = None, labels: Optional[torch.Tensor] = None,
                 hidden: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
                 loss_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None,
-                attention_mask: Optional[torch.Tensor] = None, logits_to_keep: int = 0):
+                attention_mask: Optional[torch.Tensor] = None, logits_to_keep: int = 0,
+                document_ids: Optional[torch.Tensor] = None):
         """First stage: ``tokens [b, s]``; other stages: ``hidden [b, s, h]`` from the previous stage.
         Returns hidden states (not last stage), logits (last stage, no labels) or ``(loss_sum, count)``.
 
         ``attention_mask [b, past + s]`` (true/1 = real token) hides pad keys of left-padded batches; pass
         per-row ``position_ids [b, s]`` with it so a padded row computes what it computes alone. Without
         it attention takes the plain causal path. ``logits_to_keep > 0`` returns the logits of the last
-        that many positions only (generation needs the last one; the head is the costliest matmul)."""
+        that many positions only (generation needs the last one; the head is the costliest matmul).
+        ``document_ids [b, s]``: packed rows (:mod:`mwb.core.data.packing`), each token attending only to the
+        tokens of its own document; pass the per-document ``position_ids`` with them."""
         seq = tokens.size(1) if tokens is not None else self.full_seq_len(hidden)
         if position_ids is None:
             start = cache.length() if cache is not None else 0
@@ -57,6 +60,9 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
         rope = self.rope_for(position_ids[0] if position_ids.dim() == 2 and position_ids.size(0) == 1
                              else position_ids)
         mask = None if attention_mask is None else padding_mask(attention_mask.to(x.device), x.size(1))
+        if document_ids is not None:
+            docs = document_mask(document_ids.to(x.device))
+            mask = docs if mask is None else mask & docs
         for layer in self.layers.values():
             x = layer(x, mask=mask, rope=rope, cache=cache)
         if not self.post_process:

@@ -110,6 +110,13 @@ def padding_mask(key_mask: torch.Tensor, q_len: int) -> torch.Tensor:
     return key_mask.bool()[:, None, None, :] | self_[None, None]
 
 
+def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """Boolean attention mask ``[b, 1, s, s]`` of packed rows (``document_ids [b, s]``): a query sees the keys
+    of its own document only, a block-diagonal mask; causality is added by the attention. Padding carries one
+    id of its own, so every query sees at least itself (no empty softmax row)."""
+    return (document_ids[:, :, None] == document_ids[:, None, :])[:, None]
+
+
 class AttentionCore(nn.Module):
     """softmax(q·kᵀ/√d + bias)·v with dropout: the part selective recomputation recomputes."""
 

@@ -87,6 +87,13 @@ class Tokenizer:
         """Many texts at once; backends with a native batch path override this (it is the hot loop)."""
         return [self._encode(t) for t in texts]
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of ``text`` (as :meth:`encode`) and each token's character span ``(start, end)`` in ``text``:
+        what a loss mask over parts of a text (chat fine-tuning's assistant turns) is computed from. Hugging
+        Face and SentencePiece tokenizers have them; a backend without offsets says so."""
+        raise DataError(f"tokenizer {self.path} ({self.kind}) gives no character offsets, which a loss mask over "
+                        f"parts of a text needs; use a Hugging Face tokenizer.json or a SentencePiece model")
+
     def _find_specials(self, overrides: dict) -> None:
         """Set the role ids from ``overrides`` (role -> token string) first, then the usual names."""
         for role in ROLES:

@@ -82,6 +82,10 @@ class HFTokenizer(Tokenizer):
     def _encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return enc.ids, [tuple(o) for o in enc.offsets]
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         fast = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
         return [e.ids for e in fast(list(texts), add_special_tokens=False)]

@@ -28,8 +28,10 @@ def pieces(tokenizer, words: Sequence[str]) -> dict[str, int]:
 
 
 def vocab_report(tokenizer, counts: collections.Counter, terms: Optional[Sequence[str]] = None) -> dict:
-    """``{"vocab_size", "words", "pieces_per_word", "words_whole", "terms", "terms_whole"}``; a term (one or
-    more words) is kept whole when each of its words is one piece."""
+    """``{"vocab_size", "words", "pieces_per_word", "words_whole", "terms", "terms_whole",
+    "term_pieces_per_word"}``; a term (one or more words) is kept whole when each of its words is one piece;
+    ``term_pieces_per_word`` is the pieces of the terms' words over their number (BioMegatron's Table 3
+    rate, "#tokens/#words" of the entities). Terms count as listed: repeat a term to weight it."""
     terms = [t for t in (terms or []) if WORD.findall(t)]
     vocab = sorted(set(counts) | {w for t in terms for w in WORD.findall(t)})
     n = pieces(tokenizer, vocab)
@@ -40,6 +42,8 @@ def vocab_report(tokenizer, counts: collections.Counter, terms: Optional[Sequenc
     if terms:
         out["terms"] = len(terms)
         out["terms_whole"] = sum(all(n[w] == 1 for w in WORD.findall(t)) for t in terms) / len(terms)
+        term_words = [w for t in terms for w in WORD.findall(t)]
+        out["term_pieces_per_word"] = sum(n[w] for w in term_words) / len(term_words)
     return out
 
 

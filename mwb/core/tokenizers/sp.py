@@ -30,6 +30,21 @@ class SentencePieceTokenizer(Tokenizer):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._sp.encode(list(texts))
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """SentencePiece reports UTF-8 byte offsets: mapped to characters, a piece that starts or ends inside a
+        character (byte fallback) covering that whole character."""
+        try:
+            proto = self._sp.encode(text, return_type="proto")
+        except TypeError:  # sentencepiece before return_type
+            proto = self._sp.encode(text, out_type="immutable_proto")
+        char_of = [i for i, ch in enumerate(text) for _ in ch.encode("utf-8")]  # byte -> its character
+
+        def start(b: int) -> int:
+            return char_of[b] if b < len(char_of) else len(text)
+        spans = [(start(p.begin), start(p.end) if p.end == p.begin else char_of[p.end - 1] + 1)
+                 for p in proto.pieces]
+        return [p.id for p in proto.pieces], spans
+
     def decode(self, ids: Iterable[int]) -> str:
         return self._sp.decode([int(i) for i in ids])
 

@@ -88,6 +88,8 @@ class MetricsLogger:
     def log_step(self, res, extra: Optional[dict] = None) -> dict:
         rec = {"step": res.step, "loss": res.loss, "lr": res.lr, "grad_norm": res.grad_norm,
                "tokens_per_s": res.tokens / res.seconds if res.seconds > 0 else 0.0}
+        if isinstance(res.extra.get("padding"), float):  # fine-tuning samples: the documents' tokens only
+            rec["nonpad_tokens_per_s"] = rec["tokens_per_s"] * (1.0 - res.extra["padding"])
         if self.flops_per_tok:
             tflops = rec["tokens_per_s"] * self.flops_per_tok / 1e12 / self.world_size
             rec["tflops_per_rank"] = tflops
@@ -111,7 +113,7 @@ class MetricsLogger:
         self.train_points.append((res.step, res.loss))
         if self.tb is not None:
             for k in ("loss", "lr", "grad_norm", "tokens_per_s", "loss_scale", "mfu", "moe_aux_loss", "lm_loss",
-                      "sop_loss"):
+                      "sop_loss", "padding", "nonpad_tokens_per_s"):
                 if k in rec and isinstance(rec[k], (int, float)):
                     self.tb.add_scalar(f"train/{k}", rec[k], res.step)
         if self.bar is not None:
@@ -127,6 +129,8 @@ class MetricsLogger:
         elif self.plain and (res.step % self.log_interval == 0 or res.step == self.total_steps):
             line = f"step {res.step}/{self.total_steps}  loss {res.loss:.4f}  lr {res.lr:.2e}  " \
                    f"grad_norm {res.grad_norm:.3f}  tokens/s {rec['tokens_per_s']:.0f}"
+            if "nonpad_tokens_per_s" in rec:
+                line += f" (non-padding {rec['nonpad_tokens_per_s']:.0f}, padding {res.extra['padding']:.1%})"
             if "mfu" in rec:
                 line += f"  mfu {rec['mfu']:.1%}"
             if "loss_scale" in rec:

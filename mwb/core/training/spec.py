@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..config import RunConfig
+from ..config import ConfigError, RunConfig
 from ..compose import build_model
 from ..parallel.stages import StageSpec
 
@@ -75,17 +75,58 @@ class GPTSpec(ModelSpec):
         loss_mask = batch.get("loss_mask")
         if loss_mask is not None and loss_mask.size(1) == tokens.size(1):
             loss_mask = loss_mask[:, 1:]
-        position_ids = None
+        position_ids = document_ids = None
+        if "doc_ids" in batch:  # packed rows (mwb.core.data.packing): attention within a document, positions per
+            # document (Megatron's --reset-attention-mask --reset-position-ids)
+            document_ids, position_ids = batch["doc_ids"][:, :-1], batch["position_ids"][:, :-1]
+        elif self.cfg.train.pack:
+            raise ConfigError("train.pack is set but this job's samples are not packed (--pack packs the samples "
+                              "of generative fine-tuning: mwb finetune TASK --pack)")
         cp = getattr(model, "cp", None)
+        if cp is not None and document_ids is not None:
+            raise ConfigError("packed rows (--pack) do not run under context parallelism; use --cp 1")
         if cp is not None:  # context parallel: this rank's two sequence chunks and their positions
             from ..parallel.context import zigzag_positions, zigzag_slice
             inputs, labels = zigzag_slice(inputs, cp.rank, cp.size), zigzag_slice(labels, cp.rank, cp.size)
             loss_mask = None if loss_mask is None else zigzag_slice(loss_mask, cp.rank, cp.size)
             position_ids = zigzag_positions(inputs.size(1), cp.rank, cp.size, inputs.device)[None]
+        packed = {} if document_ids is None else {"document_ids": document_ids}
         return model(tokens=inputs if model.pre_process else None, hidden=hidden,
                      labels=labels if model.post_process else None, loss_mask=loss_mask,
-                     position_ids=position_ids)
+                     position_ids=position_ids, **packed)
 
     def tokens_in(self, batch):
         t = batch["tokens"]
         return t.size(0) * (t.size(1) - 1)
+
+
+def document_tokens(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input positions that hold a document's token, all input positions) of a GPT micro-batch of fine-tuning
+    samples, as tensors (no device sync). Packed rows: the positions whose ``doc_ids`` are not padding's.
+    One document per row: the positions up to its last target token (what follows carries no loss)."""
+    tokens = batch["tokens"]
+    if "doc_ids" in batch:
+        return (batch["doc_ids"][:, :-1] >= 0).sum(), torch.full((), tokens[:, :-1].numel(), device=tokens.device)
+    if "loss_mask" not in batch:  # a pretraining-style stream (SGEAT's domain-adaptive training): no padding
+        total = torch.tensor(tokens[:, :-1].numel(), device=tokens.device)
+        return total, total
+    mask = batch["loss_mask"]
+    seq = tokens.size(1) - 1
+    idx = torch.arange(1, mask.size(1) + 1, device=mask.device)
+    length = (mask.bool() * idx).amax(dim=1)  # up to and including the last target token; 0 without one
+    return length.clamp(max=seq).sum(), torch.full((), tokens.size(0) * seq, device=tokens.device)
+
+
+class PaddingMetric:
+    """Mixin for a GPT spec of fine-tuning samples: reports ``padding``, the share of the step's input positions
+    that hold no document's token (padding after a document, or after a packed row's last one), so that a run
+    shows its non-padding throughput (``nonpad_tokens_per_s`` in metrics.jsonl) packed or not."""
+
+    metric_names = ("padding",)
+
+    def forward(self, model, batch, hidden=None):
+        out = super().forward(model, batch, hidden)
+        if model.post_process:
+            real, total = document_tokens(batch)
+            self.record_metric("padding", total - real, total)
+        return out

@@ -10,6 +10,8 @@ initialised from the ``--retriever`` weights, version 0 of the index embedded be
 refresh after every step that is a multiple of ``--refresh-every``. Checkpoints are the trainer's (so
 ``--resume`` works in any layout); the final and best ones also hold ``retriever/`` (a bi-encoder
 checkpoint any retrieval command opens) and ``reader/`` (the reader's own format) for ``mwb eval qa``.
+``OUT/results.json`` holds the held-out metrics before and after, ``OUT/predictions.jsonl`` the same per
+held-out question (:func:`.evaluate.heldout_eval`).
 The retriever is built, trained, evaluated and saved with the start's own scoring (:mod:`.scoring`), so
 a run at ``--lr 0`` evaluates exactly as its start.
 """
@@ -117,20 +119,23 @@ def split_questions(records: list[dict]) -> tuple[list[dict], list[dict]]:
 
 def answerable(records: list[dict], evidence) -> list[dict]:
     """The questions with an answer somewhere in the evidence, by DPR's has-answer rule (the answer's
-    tokens appear contiguously in a passage's tokens): answer token n-grams looked up in the evidence's
-    n-grams of the same length, built once per length."""
+    tokens appear contiguously in a passage's tokens). The evidence's tokens are indexed once by bigram
+    (and unigram): a one- or two-token answer is one lookup, a longer one is compared only where its first
+    two tokens occur (the n-gram sets of every answer length took some 14 s on the bundled questions)."""
     from ..matching import normalize, simple_tokens
 
     passages = [simple_tokens(normalize(t)) for t in evidence.texts]
-    grams: dict[int, set] = {}
+    unigrams = {w for p in passages for w in p}
+    bigrams: dict[tuple, list] = {}
+    for j, p in enumerate(passages):
+        for i in range(len(p) - 1):
+            bigrams.setdefault((p[i], p[i + 1]), []).append((j, i))
 
     def found(answer: str) -> bool:
-        a = tuple(simple_tokens(normalize(answer)))
-        if not a:
-            return False
-        if len(a) not in grams:
-            grams[len(a)] = {tuple(p[i:i + len(a)]) for p in passages for i in range(len(p) - len(a) + 1)}
-        return a in grams[len(a)]
+        a = simple_tokens(normalize(answer))
+        if len(a) <= 1:
+            return bool(a) and a[0] in unigrams
+        return any(passages[j][i:i + len(a)] == a for j, i in bigrams.get((a[0], a[1]), ()))
     return [r for r in records if any(found(a) for a in r["answers"])]
 
 
@@ -268,17 +273,18 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
     """One rank: an indexer (``--indexer-ranks``) or a trainer; rank 0 writes logs, checkpoints' parts and
     ``OUT/results.json``."""
     from mwb.core import checkpoint
-    from mwb.core.config import RunConfig, dump_yaml, to_dict, update
+    from mwb.core.config import RunConfig, to_dict, update
     from mwb.core.tokenizers import load_tokenizer
     from mwb.core.training.launch import init_distributed
-    from mwb.core.training.metrics_log import MetricsLogger
+    from mwb.core.training.run_dir import open_run
     from mwb.core.training.step_actions import StepActions
+    from mwb.evaluation.predictions import write_predictions
     from mwb.evaluation.results import write_results
 
     from ..biencoder import RetrievalConfig
     from ..loading import open_source
     from ..text import read_evidence, read_questions
-    from .evaluate import heldout_metrics
+    from .evaluate import heldout_eval, with_before
     from .refresh import indexer_loop, split_roles
 
     cfg = update(RunConfig(), cfg_tree)
@@ -323,16 +329,10 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
                                                        if roles else " (synchronous)"))
     refresher = make_refresh(refresh, trainer, tok, evidence, roles)
     trainer.spec.index = refresher.start(trainer.model.retriever, trainer.step)
-    before = heldout_metrics(trainer, tok, evidence, held_q, index=trainer.spec.index)
+    before, before_records = heldout_eval(trainer, tok, evidence, held_q, index=trainer.spec.index)
     say("mwb: held-out before: " + ", ".join(f"{k} {v:.3f}" for k, v in before.items()))
-    if trainer.state.rank == 0:
-        os.makedirs(out, exist_ok=True)
-        dump_yaml(cfg, os.path.join(out, "config.yaml"),
-                  extra={"biencoder": plan.rcfg, "e2e": dataclasses.asdict(plan)})
-    logger = MetricsLogger(out, cfg.train.steps, enabled=trainer.state.rank == 0,
-                           tensorboard=cfg.logging.tensorboard, progress=cfg.logging.progress,
-                           world_size=trainer.dims.world_size, start_step=trainer.step,
-                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
+    logger = open_run(out, cfg, trainer.state.rank, trainer.dims.world_size, start_step=trainer.step,
+                      extra={"biencoder": plan.rcfg, "e2e": dataclasses.asdict(plan)})
     trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train, extra_files={"tokenizer": plan.tokenizer}, say=say,
                           saved=latest)
@@ -341,7 +341,7 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
     logger.close()
     seconds = time.time() - t0
     fresh = trainer.spec.index if trainer.spec.index.weights_step == trainer.step else None
-    after = heldout_metrics(trainer, tok, evidence, held_q, index=fresh)
+    after, after_records = heldout_eval(trainer, tok, evidence, held_q, index=fresh)
     if trainer.state.rank == 0:
         if actions.saved:
             export_parts(actions.saved, cfg, plan, rcfg)
@@ -349,6 +349,7 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
                    "train_seconds": seconds}
         path = write_results(out, "e2e-qa", metrics, checkpoint=actions.saved, config=to_dict(cfg),
                              extra={"e2e": dataclasses.asdict(plan)})
+        preds = write_predictions(out, with_before(after_records, before_records)) if after_records else None
         say("mwb: held-out after:  " + ", ".join(f"{k} {v:.3f}" for k, v in after.items()))
         say(f"mwb: {trainer.step} steps in {seconds:.1f} s")
         say(f"mwb: run directory   {os.path.abspath(out)}")
@@ -356,6 +357,8 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
         if actions.saved:
             say(f"mwb: checkpoint      {actions.saved} (retriever/, reader/)")
         say(f"mwb: results         {path}")
+        if preds:
+            say(f"mwb: predictions     {preds} (one record per held-out question)")
 
 
 def train_e2e(cfg, plan: E2EPlan, out: str, nproc: Optional[int], resume: bool) -> None:

@@ -8,6 +8,10 @@ A task file declares four things and nothing else:
 ``objective``                what the model is trained / scored on, one of :data:`OBJECTIVES`
 ``metrics(preds, examples)`` the task's numbers from per-example predictions
 
+and, where its metrics are not its objective's defaults, ``records(preds, examples)``: one record per item
+for ``predictions.jsonl`` (id, prediction, gold, each per-item metric or its parts) that aggregates back to
+``metrics`` (:mod:`mwb.evaluation.predictions`; defaults in :mod:`.records`).
+
 Objectives and what ``inputs`` returns for them:
 
 ``classification``, ``regression``, ``multiple_choice``, ``token_classification``, ``span``
@@ -23,7 +27,8 @@ Objectives and what ``inputs`` returns for them:
     as LAMBADA, WikiText and open-domain QA do.
 
 The harness (:mod:`.evaluate`, ``mwb eval``) and the fine-tuning runner (:mod:`.finetune`, ``mwb finetune``)
-do everything else: checkpoints, parallel layouts, data-parallel sharding of evaluation, ``results.json``.
+do everything else: checkpoints, parallel layouts, data-parallel sharding of evaluation, ``results.json`` and
+``predictions.jsonl`` beside it.
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ import numpy as np
 
 from mwb.core.config import ConfigError
 from mwb.core.data.spans import pair_inputs  # noqa: F401  (task files build sentence pairs with it)
+
+from .records import default_records
+from .spec import ENCODER_ARCHES, ENCODER_START, GENERATIVE_ARCHES, GENERATIVE_START, Finetuning, Start
 
 ENCODER_OBJECTIVES = ("classification", "regression", "multiple_choice", "token_classification", "span")
 OBJECTIVES = ENCODER_OBJECTIVES + ("generative", "custom")
@@ -62,6 +70,7 @@ class Task:
         "batch_size": Option(int, 8, "Examples per forward pass."),
         "seq_length": Option(int, None, "Input length (default: the checkpoint's)."),
     }
+    finetuning: ClassVar[Finetuning] = Finetuning()  # what `mwb finetune` reads (:mod:`.spec`)
 
     def __init__(self, **opts: Any) -> None:
         unknown = set(opts) - set(self.options)
@@ -75,12 +84,54 @@ class Task:
     def trainable(cls) -> bool:
         return cls.objective in TRAINABLE
 
+    # --- what the runners ask a task: declared here with their defaults (no runner probes a task) ----------
+    def training_module(self):
+        """The module ``mwb finetune`` trains this task with (``featurize``, ``make_spec``, ``dev_predictions``):
+        the declared ``finetuning.training`` (the open-domain QA reader's), else the objective's."""
+        if self.finetuning.training is not None:
+            return self.finetuning.training
+        from . import encoder_objective, generative_objective
+        return generative_objective if self.objective == "generative" else encoder_objective
+
+    def arches(self) -> tuple[str, ...]:
+        """The model architectures this task fine-tunes; the starting checkpoint must hold one. Default: the
+        objective's (a BERT for encoder heads; a GPT or a T5 for generative targets)."""
+        return GENERATIVE_ARCHES if self.objective == "generative" else ENCODER_ARCHES
+
+    def start(self) -> Start:
+        """Where ``mwb finetune`` starts without ``--checkpoint`` (:class:`~.spec.Start`): the declared
+        ``finetuning.start``, else the objective's — ``minilm-l6`` when installed, else a tiny BERT, for encoder
+        heads; a tiny GPT for generative targets."""
+        return self.finetuning.start or (GENERATIVE_START if self.objective == "generative" else ENCODER_START)
+
+    @classmethod
+    def default_checkpoint(cls, say=print) -> Optional[str]:
+        """What ``mwb eval`` evaluates without ``--checkpoint`` when the task names a model of its own (a named
+        model it prompts; announced through ``say``). Default None: the common rule of
+        :func:`~.setup.eval_checkpoint` (the newest fine-tuning run of a trainable task, else the newest GPT)."""
+        return None
+
+    def files(self) -> dict[str, str]:
+        """Files written beside ``results.json`` after an evaluation, name → text (the generations, a sweep's
+        table); read after :meth:`aggregate`. Default: none."""
+        return {}
+
     # --- what a task file writes ------------------------------------------------------------------------
     def read(self, path: str, split: str) -> list[dict]:
         raise NotImplementedError(f"task '{self.name}' reads no data")
 
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         raise NotImplementedError(f"task '{self.name}' has no inputs for objective '{self.objective}'")
+
+    def gpt_sample(self, example: dict, tokenizer, seq_length: int) -> dict:
+        """Generative objective, GPT: the training sample of ``example``, ``tokens`` and ``loss_mask`` of
+        ``seq_length + 1`` (1 where a token is a target). Default: :meth:`inputs`' prompt → target with the prompt
+        masked (:func:`~.generative_objective.gpt_sample`); a task whose loss covers more than one span (chat:
+        every assistant turn) builds its own."""
+        from .generative_objective import gpt_sample
+        x = self.inputs(example, None, 0)  # the texts, as evaluation builds its prompts from them
+        return gpt_sample(tokenizer.encode(x["prompt"]), tokenizer.encode(x.get("target", "")), seq_length,
+                          tokenizer.eod)
 
     def features(self, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
         """Encoder objectives: the model inputs of ``examples``, one per example (:meth:`inputs`). A task
@@ -100,6 +151,16 @@ class Task:
             return {"exact_match": _mean(squad_exact_match(p, g) for p, g in zip(preds, golds)),
                     "f1": _mean(squad_f1(p, g) for p, g in zip(preds, golds)), "count": len(preds)}
         return {"accuracy": _mean(int(p == e["label"]) for p, e in zip(preds, examples)), "count": len(preds)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """One record per evaluated item for ``OUT/predictions.jsonl`` (:mod:`mwb.evaluation.predictions`):
+        a stable string ``"id"`` (the dataset's own id, else a hash of the input), ``"prediction"``, ``"gold"``
+        and each per-item metric under its ``results.json`` name — a number where :meth:`metrics` reports a
+        mean, the parts (``tp``/``fp``/``fn``, ``nll``/``tokens``) where it reports a corpus metric — so
+        ``predictions.aggregate(records, m)`` gives back metric ``m``. ``preds`` are what :meth:`metrics`
+        receives (a custom task: its ``run`` results in item order). Default: the records of the default
+        metrics (:func:`.records.default_records`); a task whose :meth:`metrics` differ overrides both."""
+        return default_records(self, preds, examples)
 
     def prepare(self, path: str) -> None:
         """Called with the data path before the model is built, by fine-tuning and ``mwb eval`` alike: a task
@@ -144,6 +205,13 @@ class Task:
         if self.objective in ENCODER_OBJECTIVES:
             results = self.predictions(results, self.items, self.examples)
         return self.metrics(results, self.examples)
+
+    def item_records(self, results: list) -> list[dict]:
+        """Harness step beside :meth:`aggregate`: the :meth:`records` of ``run``'s results in item order
+        (encoder objectives pool them into per-example predictions first, as :meth:`aggregate` does)."""
+        if self.objective in ENCODER_OBJECTIVES:
+            results = self.predictions(results, self.items, self.examples)
+        return self.records(results, self.examples)
 
     def describe(self) -> dict:
         """What results.json records about the task besides its metrics."""

@@ -16,8 +16,6 @@ from mwb.core.training.spec import ModelSpec
 
 from .encoder_model import build_task_model, load_weights, predict
 
-ARCHES = ("bert",)
-
 
 def featurize(task, examples: list[dict], tokenizer, seq_length: int) -> list[dict]:
     return task.features(examples, tokenizer, seq_length)

@@ -4,7 +4,8 @@ The steps are the task's (``load_model`` → ``load`` → ``build`` → ``run`` 
 objective or by the task itself); :func:`mwb.evaluation.evaluator.evaluate` shards the items over ranks and
 puts the results back in order, so the numbers do not depend on the number of ranks. A fine-tuning run
 directory means its best checkpoint (``checkpoints/best``, through the one checkpoint resolver), so ``mwb eval TASK --checkpoint RUN`` reproduces
-the dev number the run reported.
+the dev number the run reported. Beside ``results.json``, ``predictions.jsonl`` holds one record per item
+(:meth:`~mwb.tasks.api.base.Task.records`) in item order, whose aggregate is each metric the records carry.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from mwb.core.convert import is_hf_dir
 from mwb.core.config import to_dict
 from mwb.core.training.launch import init_distributed
 from mwb.evaluation.evaluator import evaluate
+from mwb.evaluation.predictions import write_predictions
 from mwb.evaluation.results import write_results
 
 from .registry import get_task
@@ -24,21 +26,23 @@ from .registry import get_task
 def evaluate_checkpoint(task, checkpoint: str, data: Optional[str] = None, tokenizer: Optional[str] = None,
                         limit: Optional[int] = None, device=None) -> dict:
     """``{"metrics", "num_examples", "seconds", ...}`` of ``task`` for ``checkpoint`` on this process (one
-    data-parallel rank of the launched group, if any), plus the run config under ``"config"``."""
+    data-parallel rank of the launched group, if any), plus the run config under ``"config"`` and the per-item
+    records (``predictions.jsonl``'s) under ``"records"``."""
     task.prepare(task.data_path(data))
     cfg, runner = task.load_model(checkpoint, tokenizer, device=device)
     if "seq_length" in task.options and task.opts.get("seq_length") is None and hasattr(runner, "max_length"):
         # default context: the length an mwb model was trained at; a Hugging Face model's full context
         trained = runner.max_length if is_hf_dir(checkpoint) else min(cfg.train.seq_length, runner.max_length)
         task.opts["seq_length"] = min(trained, 1024)
-    report = evaluate(task, runner, data, limit=limit)
+    report = evaluate(task, runner, data, limit=limit, records=True)
     report["config"] = cfg
     return report
 
 
 def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[str], out: str,
              tokenizer: Optional[str], limit: Optional[int]) -> dict:
-    """Evaluate on this process (one rank of ``--nproc N`` when launched); rank 0 writes results.json."""
+    """Evaluate on this process (one rank of ``--nproc N`` when launched); rank 0 writes results.json and,
+    beside it, predictions.jsonl (one record per item, in item order whatever the number of ranks)."""
     rank, world, device = init_distributed()
     task = get_task(task_name)(**task_opts)
     report = evaluate_checkpoint(task, checkpoint, data, tokenizer, limit, device)
@@ -50,6 +54,7 @@ def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[st
             extra={"data": os.path.abspath(data_path) if os.path.exists(data_path) else data_path,
                    "task_options": task.opts, "objective": task.objective,
                    "num_examples": report["num_examples"], "seconds": report["seconds"], "world_size": world})
-        for name, text in getattr(task, "files", dict)().items():  # e.g. a sweep's table, next to results.json
+        report["predictions"] = write_predictions(out, report["records"])
+        for name, text in task.files().items():  # e.g. a sweep's table, next to results.json
             atomic_write_text(os.path.join(out, name), text)
     return report

@@ -7,6 +7,8 @@ dev metrics; ``--keep-last K`` keeps the newest K epoch checkpoints and the best
 scored with the task's own metrics on the model being trained; generative tasks by their dev target-token
 loss during training, then — once, after training, in the launching process — by greedy generations of the
 best checkpoint through the evaluation harness (what ``mwb eval TASK --checkpoint OUT`` reproduces).
+``OUT/predictions.jsonl`` beside ``results.json`` holds the per-item records of those dev metrics
+(:meth:`~mwb.tasks.api.base.Task.records`): the best epoch's dev predictions, or the greedy generations'.
 """
 from __future__ import annotations
 
@@ -22,15 +24,16 @@ import numpy as np
 from mwb.core import checkpoint
 from mwb.core.compose import full_state
 from mwb.core.checkpoint.format import atomic_write_text
-from mwb.core.config import RunConfig, dump_yaml, update
+from mwb.core.config import RunConfig, update
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.job import first_process, run_job
 from mwb.core.training.launch import init_distributed
-from mwb.core.training.metrics_log import MetricsLogger
+from mwb.core.training.run_dir import open_run
 from mwb.core.training.trainer import Trainer
+from mwb.evaluation.predictions import write_predictions
 from mwb.evaluation.results import write_results
 
-from . import encoder_objective, generative_objective
+from . import generative_objective, packing
 from .evaluate import evaluate_checkpoint
 from .registry import get_task
 
@@ -55,24 +58,6 @@ class EpochShuffled:
         return self.features[int(self._perms[epoch][i % n])]
 
 
-def objective_module(task):
-    """The module that featurises, builds the training spec and predicts for ``task``: a task with its own
-    (``training``, e.g. the open-domain QA reader) names it; else the encoder or generative objective."""
-    own = getattr(task, "training", None)
-    if own is not None:
-        return own
-    return generative_objective if task.objective == "generative" else encoder_objective
-
-
-def check_arch(task, arch: str, where: str) -> None:
-    from mwb.core.config import ConfigError
-    obj = objective_module(task)
-    arches = obj.arches(task) if hasattr(obj, "arches") else obj.ARCHES
-    if arch not in arches:
-        raise ConfigError(f"{where} holds a '{arch}' model; task '{task.name}' ({task.objective}) fine-tunes "
-                          f"{' or '.join(a.upper() for a in arches)}")
-
-
 def better(metric: str, value: float, best: float) -> bool:
     if best is None:
         return True
@@ -85,7 +70,7 @@ def rank_main(tree: dict, job: dict) -> None:
     rank, world, device = init_distributed(cfg.parallel.timeout_s)
     say = print if rank == 0 else (lambda *a, **k: None)
     task = get_task(job["task"])(**job["task_opts"])
-    obj = objective_module(task)
+    obj = task.training_module()
     tok = load_tokenizer(job["tokenizer"])
     seq = cfg.train.seq_length
     task.prepare(job["data"])
@@ -97,6 +82,8 @@ def rank_main(tree: dict, job: dict) -> None:
                           for ex in (train_ex, dev_ex))
     else:
         train_f, dev_f = (obj.featurize(task, ex, tok, seq) for ex in (train_ex, dev_ex))
+    if cfg.train.pack:  # --pack: samples share rows, each attending only to itself (.packing)
+        train_f, dev_f = packing.pack_splits(train_f, dev_f, cfg, say, job["out"] if rank == 0 else None)
     _, vocab, tensors, _ = full_state(job["checkpoint"])
     spec = obj.make_spec(task, cfg, vocab, tensors, job["checkpoint"])
     trainer = Trainer(cfg, spec, EpochShuffled(train_f, cfg.train.seed), dev_f, world_size=world, device=device)
@@ -104,27 +91,24 @@ def rank_main(tree: dict, job: dict) -> None:
         say(f"mwb: not in the pretrained checkpoint, trained from scratch: {', '.join(spec.missing)}",
             file=sys.stderr)
     out, ckpt_root = job["out"], os.path.join(job["out"], "checkpoints")
-    if rank == 0:
-        os.makedirs(out, exist_ok=True)
-        dump_yaml(cfg, os.path.join(out, "config.yaml"), extra={"task": {**job, "train_examples": len(train_ex),
-                                                                          "dev_examples": len(dev_ex)}})
     start = checkpoint.load(trainer, checkpoint.latest_dir(ckpt_root)) if job.get("resume") and \
         checkpoint.latest_dir(ckpt_root) else 0
-    logger = MetricsLogger(out, cfg.train.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
-                           progress=cfg.logging.progress, world_size=world, start_step=start,
-                           log_interval=cfg.logging.log_interval, energy=cfg.energy)
+    logger = open_run(out, cfg, rank, world, start_step=start,
+                      extra={"task": {**job, "train_examples": len(train_ex), "dev_examples": len(dev_ex)}})
     steps_per_epoch = job["steps_per_epoch"]
     dev_steps = max(1, len(dev_f) // cfg.train.global_batch_size)
     metric = "dev_loss" if obj is generative_objective else task.metric
     history: list[dict] = []
     best: dict = {"value": None, "step": None}
+    epoch_preds: list = []  # this epoch's dev predictions (encoder tasks): the best epoch's become its records
     trainer.install_signal_handlers()
 
     def epoch_metrics(tr) -> dict:
         if obj is generative_objective:  # target-token loss over ⌊dev/G⌋ global batches (at least one)
             loss = tr.evaluate(dev_steps)
             return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
-        return task.metrics(obj.dev_predictions(task, tr, dev_f, dev_ex), dev_ex)
+        epoch_preds[:] = [obj.dev_predictions(task, tr, dev_f, dev_ex)]
+        return task.metrics(epoch_preds[0], dev_ex)
 
     def after_step(tr, res, stop):
         logger.log_step(res)
@@ -134,7 +118,8 @@ def rank_main(tree: dict, job: dict) -> None:
             history.append({"step": res.step, **metrics})
             path = checkpoint.save(tr, ckpt_root, keep_last=0, extra_files={"tokenizer": job["tokenizer"]})
             if better(metric, metrics[metric], best["value"]):
-                best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics)
+                best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics,
+                            preds=epoch_preds[0] if epoch_preds else None)
                 if rank == 0:
                     atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{res.step}\n")
             if rank == 0 and cfg.train.keep_last > 0:  # --keep-last K: the newest K and the best survive
@@ -149,15 +134,18 @@ def rank_main(tree: dict, job: dict) -> None:
                       config=dataclasses.asdict(cfg),
                       extra={"best_checkpoint": best["path"], "epochs": history, "split": task.eval_split,
                              "objective": task.objective})
+        if best["preds"] is not None:  # the best epoch's dev predictions, beside its metrics
+            write_predictions(out, task.records(best["preds"], dev_ex))
 
 
-def plan_steps(task, cfg: RunConfig, data: str, epochs: int) -> tuple[RunConfig, int]:
+def plan_steps(task, cfg: RunConfig, data: str, epochs: int,
+               n_train: Optional[int] = None) -> tuple[RunConfig, int]:
     """Steps from the epochs and the training-set size (a set smaller than the global batch shrinks it).
 
     The size is the number of training *examples* ``read`` returns — questions for SQuAD, not the doc-stride
     windows they become (as Google's BERT ``run_squad.py`` counts ``num_train_steps``); the sample stream
     still goes through every window, in a fresh order each pass."""
-    n_train = len(task.read(data, task.train_split))
+    n_train = len(task.read(data, task.train_split)) if n_train is None else n_train  # --pack: packed rows
     gbs = cfg.train.global_batch_size
     if n_train < gbs:
         gbs = max(cfg.train.micro_batch_size, n_train // cfg.train.micro_batch_size * cfg.train.micro_batch_size)
@@ -171,7 +159,8 @@ def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) ->
     """Run :func:`rank_main` on each rank; for generative tasks, score the best checkpoint's generations.
     Returns the results that ``OUT/results.json`` holds."""
     task = get_task(task_name)(**job.get("task_opts", {}))
-    cfg, steps_per_epoch = plan_steps(task, cfg, job["data"], job["epochs"])
+    rows = packing.train_rows(task, cfg, job) if cfg.train.pack else None
+    cfg, steps_per_epoch = plan_steps(task, cfg, job["data"], job["epochs"], rows)
     job = dict(job, steps_per_epoch=steps_per_epoch, task_opts=job.get("task_opts", {}))
     run_job(cfg, nproc, rank_main, lambda dims: (dataclasses.asdict(cfg), job),
             resume=os.path.join(job["out"], "checkpoints") if job.get("resume") else None)
@@ -183,10 +172,11 @@ def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) ->
     if task.objective == "generative":  # the task's own metrics on greedy generations of the best checkpoint
         report = evaluate_checkpoint(task, results["best_checkpoint"], job["data"], tokenizer=job["tokenizer"])
         results["metrics"].update(report["metrics"])
+        write_predictions(job["out"], report["records"])  # the greedy generations' records
         write_results(job["out"], task.name, results["metrics"], checkpoint=job["checkpoint"],
                       config=results.get("config"),
                       extra={k: v for k, v in results.items() if k not in ("task", "metrics", "checkpoint", "config",
                                                                           "time", "mwb", "torch")})
-        for name, text in getattr(task, "files", dict)().items():  # e.g. the generations, next to results.json
+        for name, text in task.files().items():  # e.g. the generations, next to results.json
             atomic_write_text(os.path.join(job["out"], name), text)
     return results

@@ -26,15 +26,14 @@ from mwb.core.compose import load_full_model
 from mwb.core.config import ConfigError, RunConfig
 from mwb.core.data.t5 import end_and_start_ids
 from mwb.core.tokenizers import load_tokenizer
-from mwb.core.training.spec import GPTSpec
+from mwb.core.training.spec import GPTSpec, PaddingMetric
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.lm import LanguageModel
 from mwb.evaluation.seq2seq import Seq2SeqModel, generate_seq2seq
 from mwb.pretraining.t5 import T5Spec
 
 from .encoder_model import copy_available
-
-ARCHES = ("gpt", "t5")
+from .spec import GENERATIVE_ARCHES as ARCHES
 
 
 def _texts(task, example: dict) -> tuple[str, str]:
@@ -85,13 +84,13 @@ def decoder_length(task, examples: list[dict], tok, cap: int) -> int:
 def featurize(task, examples: list[dict], tok, seq_length: int, arch: str, dec_length: int = 0) -> list[dict]:
     out = []
     for e in examples:
-        prompt, target = _texts(task, e)
         if arch == "t5":
+            prompt, target = _texts(task, e)
             out.append(t5_sample(tok.encode(prompt), tok.encode(target), seq_length, dec_length, tok))
         else:
             if tok.eod is None:
                 raise ConfigError(f"generative fine-tuning needs an end-of-document token; {tok.path} has none")
-            out.append(gpt_sample(tok.encode(prompt), tok.encode(target), seq_length, tok.eod))
+            out.append(task.gpt_sample(e, tok, seq_length))
     return out
 
 
@@ -111,7 +110,7 @@ class _Pretrained:
         return chunk
 
 
-class GenerativeGPTSpec(_Pretrained, GPTSpec):
+class GenerativeGPTSpec(_Pretrained, PaddingMetric, GPTSpec):
     pass
 
 

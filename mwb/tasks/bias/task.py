@@ -19,6 +19,7 @@ from tqdm import tqdm
 from mwb.evaluation.loading import load_language_model
 
 from ..api.base import Option, Task
+from ..api.records import example_ids
 from ..api.registry import register
 from .data import BUNDLED, read_examples
 from .label_scoring import LabelScorer
@@ -96,6 +97,26 @@ class BiasTask(Task):
             by_config[tuple(r["config"])].append(r)
         self.per_config = {c: bias_metrics(rs) for c, rs in by_config.items()}
         return self.per_config[self.configs()[0]]
+
+    def records(self, results: list[dict], examples: list[dict]) -> list[dict]:
+        """Per query and (shots, seed) prompt: ``accuracy`` and ``calibrated_accuracy`` 0/1, and
+        ``positive_rate`` / ``calibrated_positive_rate`` (the prediction, 0/1), with the ``config`` and the
+        ``category`` (whose records aggregate to ``accuracy_<category>``). Macro-F1 averages two classes' F1
+        over the whole set and has no per-item part. Id: a hash of the post, after ``k<shots>_s<seed>:``
+        when the task scores several prompts (the sweep)."""
+        qids = example_ids(examples, key=None)
+        several = len(self.configs()) > 1
+        out = []
+        for n, r in enumerate(results):
+            k, seed = r["config"]
+            plain = int(np.argmax(r["p"]))
+            cal = int(np.argmax(calibrate(np.array(r["p"]), np.array(r["p_cf"]))))
+            qid = qids[n % len(examples)]
+            out.append({"id": f"k{k}_s{seed}:{qid}" if several else qid, "prediction": plain, "gold": r["label"],
+                        "config": [k, seed], "category": r["category"], "p": r["p"], "p_cf": r["p_cf"],
+                        "accuracy": int(plain == r["label"]), "calibrated_accuracy": int(cal == r["label"]),
+                        "positive_rate": plain, "calibrated_positive_rate": cal})
+        return out
 
 
 def bias_metrics(results: list[dict]) -> dict:

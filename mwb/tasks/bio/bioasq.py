@@ -25,7 +25,7 @@ from ..api.base import Option, Task
 from ..api.formats.splits import split_file
 from ..api.formats.squad_json import read_squad_json
 from ..api.registry import register
-from .bioasq_metrics import factoid_scores, pool_answers, read_golden
+from .bioasq_metrics import factoid_scores, pool_answers, question_scores, read_golden
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "bioasq_sample")
 QID_CHARS = 24
@@ -72,7 +72,9 @@ class BioASQ(Task):
     def decode(self, logits: np.ndarray, feature: dict) -> list[tuple]:
         return nbest_spans(logits, feature, self.opts["n_best"], self.opts["max_answer_tokens"])
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
+    @staticmethod
+    def pooled(preds: list, examples: list[dict]) -> tuple[dict, dict]:
+        """(question id → its pooled top answers, question id → its gold synonyms), questions in file order."""
         pooled: dict[str, list] = {}
         golden: dict[str, list] = {}
         for spans, e in zip(preds, examples):
@@ -80,5 +82,15 @@ class BioASQ(Task):
             gold = e["gold"] if e["gold"] is not None else e["answers"]
             golden.setdefault(e["qid"], [])
             golden[e["qid"]] += [g for g in gold if g not in golden[e["qid"]]]
-        answers = {qid: pool_answers(c) for qid, c in pooled.items()}
+        return {qid: pool_answers(c) for qid, c in pooled.items()}, golden
+
+    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
+        answers, golden = self.pooled(preds, examples)
         return {**factoid_scores(answers, golden), "snippets": len(examples)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per question (id: the 24-character BioASQ question id; its snippets pooled as in :meth:`metrics`):
+        ``strict_accuracy``, ``lenient_accuracy`` (0/1) and ``mrr`` (the reciprocal rank)."""
+        answers, golden = self.pooled(preds, examples)
+        return [{"id": qid, "prediction": answers.get(qid, []), "gold": gold,
+                 **question_scores(answers.get(qid, []), gold)} for qid, gold in golden.items()]

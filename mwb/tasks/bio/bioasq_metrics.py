@@ -63,17 +63,25 @@ def read_golden(path: str) -> dict[str, list[str]]:
     return out
 
 
+def question_scores(predicted: Sequence[str], gold: Sequence[str]) -> dict:
+    """One question's ``strict_accuracy`` and ``lenient_accuracy`` (0/1) and reciprocal rank ``mrr`` of its
+    first matching answer among the top 5 (0 without one)."""
+    want = {g.strip().lower() for g in gold}
+    ranks = [i for i, a in enumerate(list(predicted)[:TOP]) if a.strip().lower() in want]
+    if not ranks:
+        return {"strict_accuracy": 0.0, "lenient_accuracy": 0.0, "mrr": 0.0}
+    return {"strict_accuracy": float(ranks[0] == 0), "lenient_accuracy": 1.0, "mrr": 1 / (ranks[0] + 1)}
+
+
 def factoid_scores(predictions: dict[str, Sequence[str]], golden: dict[str, Sequence[str]]) -> dict:
     """Strict accuracy (the first answer matches), lenient accuracy (any of the top 5 does) and MRR (1/rank of
     the first match, 0 without one), averaged over the golden questions; a question with no prediction scores 0."""
     strict = lenient = rr = 0.0
     for qid, gold in golden.items():
-        want = {g.strip().lower() for g in gold}
-        ranks = [i for i, a in enumerate(list(predictions.get(qid, []))[:TOP]) if a.strip().lower() in want]
-        if ranks:
-            strict += ranks[0] == 0
-            lenient += 1
-            rr += 1 / (ranks[0] + 1)
+        one = question_scores(predictions.get(qid, []), gold)
+        strict += one["strict_accuracy"]
+        lenient += one["lenient_accuracy"]
+        rr += one["mrr"]
     n = len(golden)
     return {"strict_accuracy": strict / n if n else 0.0, "lenient_accuracy": lenient / n if n else 0.0,
             "mrr": rr / n if n else 0.0, "questions": n}

@@ -21,8 +21,9 @@ from mwb.core.errors import DataError
 
 from ..api.base import Task, single_inputs
 from ..api.formats.splits import split_file
+from ..api.records import example_ids
 from ..api.registry import register
-from .classification_metrics import micro_prf
+from .classification_metrics import micro_prf, prf_counts
 
 LABELS = ("false", "CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9")
 RELATIONS = LABELS[1:]
@@ -74,3 +75,14 @@ class ChemProt(Task):
         res = micro_prf([LABELS[p] for p in preds], [LABELS[e["label"]] for e in examples], RELATIONS)
         return {**res, "accuracy": sum(int(p == e["label"]) for p, e in zip(preds, examples)) / len(examples),
                 "count": len(examples)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per pair (id: the BLUE ``index`` column): ``accuracy`` 0/1 and the micro P/R/F1 parts over the five
+        CPR classes under ``precision``, ``recall`` and ``f1`` (:func:`.classification_metrics.prf_counts`)."""
+        out = []
+        for i, p, e in zip(example_ids(examples), preds, examples):
+            pred, gold = LABELS[p], LABELS[e["label"]]
+            parts = prf_counts(pred, gold, RELATIONS)
+            out.append({"id": i, "prediction": pred, "gold": gold, "accuracy": int(p == e["label"]),
+                        "precision": parts, "recall": parts, "f1": parts})
+        return out

@@ -23,3 +23,13 @@ def micro_prf(predictions: Sequence[Hashable], references: Sequence[Hashable], l
     tp = sum(1 for p, r in zip(predictions, references) if p == r and p in keep)
     return {"precision": float(precision), "recall": float(recall), "f1": float(f1), "tp": tp,
             "predicted": sum(1 for p in predictions if p in keep), "gold": sum(1 for r in references if r in keep)}
+
+
+def prf_counts(prediction: Hashable, reference: Hashable, labels: Sequence[Hashable]) -> dict:
+    """One item's ``{"tp", "fp", "fn"}`` for :func:`micro_prf`: a prediction in ``labels`` is a true positive
+    when it is the gold class, else a false positive; a gold class in ``labels`` not predicted is a false
+    negative (a wrong relation counts once as each). Summed over items, they give micro_prf's scores."""
+    keep = set(labels)
+    hit = prediction == reference
+    return {"tp": int(hit and prediction in keep), "fp": int(not hit and prediction in keep),
+            "fn": int(not hit and reference in keep)}

@@ -26,7 +26,8 @@ from mwb.core.errors import DataError
 from ..api.base import Option, Task
 from ..api.formats.splits import split_file as find_split
 from ..api.registry import register
-from .ner_metrics import entity_scores, split_tag
+from ..api.spec import Finetuning, Start
+from .ner_metrics import entity_counts, entity_scores, split_tag
 
 SILVER = os.path.join(os.path.dirname(__file__), "bundled", "ner_silver_chem")
 SPLIT_FILES = {"train": "train.tsv", "dev": "devel.tsv", "devel": "devel.tsv", "test": "test.tsv"}
@@ -102,9 +103,9 @@ class NER(Task):
     objective = "token_classification"
     metric = "f1"
     default_data = SILVER
-    # no --checkpoint: a tiny BERT pretrained on real PubMed abstracts with the biomedical vocabulary
-    # (``mwb pretrain bert --data pubmed``, mwb/core/data/pubmed.py), as BioMegatron starts from
-    default_pretraining = ("pubmed", 600)
+    # no --checkpoint: minilm-l6 when installed; else a tiny BERT pretrained on real PubMed abstracts with the
+    # biomedical vocabulary (``mwb pretrain bert --data pubmed``, mwb/core/data/pubmed.py), as BioMegatron starts
+    finetuning = Finetuning(start=Start("bert", named="minilm-l6", data="pubmed", steps=600))
     options = {**Task.options,
                "train_with_dev": Option(bool, False, "Train on train.tsv + devel.tsv (BioBERT's final setting).")}
 
@@ -133,8 +134,23 @@ class NER(Task):
         """Label ids of the words that fit, from their first sub-tokens (where the feature has a label)."""
         return logits[feature["label"] >= 0].argmax(-1).tolist()
 
+    def tags(self, preds: list, examples: list[dict]) -> list[list[str]]:
+        """Predicted tags per word: the label of each word that fit, ``O`` for the words cut off."""
+        return [[self.labels[i] for i in p] + ["O"] * (len(e["words"]) - len(p)) for p, e in zip(preds, examples)]
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per sentence (id: ``file#index``): the entity counts ``{tp, fp, fn}`` under ``precision``,
+        ``recall`` and ``f1`` (conlleval chunks) and ``f1_strict`` (strict IOB2), so the summed counts give
+        the corpus scores; ``prediction`` and ``gold`` are the tag sequences."""
+        out = []
+        for tags, e in zip(self.tags(preds, examples), examples):
+            parts = entity_counts(tags, e["tags"], "conlleval")
+            out.append({"id": e["id"], "prediction": tags, "gold": e["tags"], "precision": parts, "recall": parts,
+                        "f1": parts, "f1_strict": entity_counts(tags, e["tags"], "strict")})
+        return out
+
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        pred_tags = [[self.labels[i] for i in p] + ["O"] * (len(e["words"]) - len(p)) for p, e in zip(preds, examples)]
+        pred_tags = self.tags(preds, examples)
         gold = [e["tags"] for e in examples]
         res = entity_scores(pred_tags, gold, "conlleval")
         strict = entity_scores(pred_tags, gold, "strict")

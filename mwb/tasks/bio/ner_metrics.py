@@ -45,6 +45,15 @@ def entities(tags: Sequence[str], mode: str = "conlleval") -> list[tuple[int, in
     return out
 
 
+def entity_counts(prediction: Sequence[str], reference: Sequence[str], mode: str = "conlleval") -> dict:
+    """One sentence's ``{"tp", "fp", "fn"}``: entities found and gold, found and not gold, gold and missed —
+    the parts :func:`entity_scores` sums, so a subset of sentences can be rescored."""
+    if len(prediction) != len(reference):
+        raise ValueError(f"entity_counts: {len(prediction)} predicted tags for {len(reference)} words")
+    p, g = set(entities(prediction, mode)), set(entities(reference, mode))
+    return {"tp": len(p & g), "fp": len(p - g), "fn": len(g - p)}
+
+
 def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]],
                   mode: str = "conlleval") -> dict:
     """Micro P/R/F1 over all sentences (0 where undefined, as conlleval prints) plus the counts."""

@@ -9,20 +9,29 @@ to ``train``/``devel``/``test`` (by position, after a seeded shuffle), so no abs
 splits. The labels are silver: a chemical the indexers did not list, or wrote differently (``cisplatin``
 vs ``cis-diamminedichloroplatinum``), stays ``O``. It is not BC5CDR.
 
-``python -m mwb.tasks.bio.ner_silver --medline pubmed20n0014.xml.gz --out DIR [--sizes 120,25,25]``
+Beside each split, ``{split}_mentions.txt`` lists its tagged mentions, one per occurrence, as written in the
+text (the terms ``mwb tokenizer report --terms`` measures: BioMegatron's Table 3 counts the entities of the
+NER training sets).
+
+``mwb data silver-ner --out DIR [--sizes 120,25,25]`` (built once per input and sizes in ``$MWB_CACHE``, then
+copied), or ``python -m mwb.tasks.bio.ner_silver --medline pubmed20n0014.xml.gz --out DIR [--sizes ...]``
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import shutil
 from typing import Iterable, Optional, Sequence
 
+from mwb.core.data.cache import cache_root, cached_dir, digest, file_digest
 from mwb.core.data.medline import iter_medline
 from mwb.core.data.sentences import split_sentences
 from mwb.core.data.spans import UNIT
 
 SPLITS = ("train", "devel", "test")
+_VERSION = 1  # bump when the output of write_silver_ner changes (the cache key of cached_silver_ner)
 
 
 def tag_citation(text: str, names: Iterable[str]) -> list[tuple[list[str], list[str]]]:
@@ -54,8 +63,8 @@ def silver_citations(paths: Sequence[str]) -> Iterable[list[tuple[list[str], lis
 
 
 def write_silver_ner(paths: Sequence[str], out: str, sizes: Optional[Sequence[int]] = None, seed: int = 0) -> dict:
-    """Write ``out/{train,devel,test}.tsv``; ``sizes``: citations per split (default: 80/10/10 % of all).
-    Returns the counts per split (citations, sentences, mentions)."""
+    """Write ``out/{train,devel,test}.tsv`` and their ``{split}_mentions.txt``; ``sizes``: citations per split
+    (default: 80/10/10 % of all). Returns the counts per split (citations, sentences, mentions)."""
     docs = list(silver_citations(paths))
     random.Random(seed).shuffle(docs)
     if sizes is None:
@@ -68,13 +77,48 @@ def write_silver_ner(paths: Sequence[str], out: str, sizes: Optional[Sequence[in
         start += size
         lines = [line for doc in part for words, tags in doc for line in
                  [f"{w}\t{t}" for w, t in zip(words, tags)] + [""]]
-        tmp = os.path.join(out, f".{split}.tsv.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines))
-        os.replace(tmp, os.path.join(out, f"{split}.tsv"))
+        mentions = [" ".join(words[i:j]) for doc in part for words, tags in doc for i, j in _spans(tags)]
+        for name, text in ((f"{split}.tsv", "\n".join(lines)), (f"{split}_mentions.txt", "".join(
+                m + "\n" for m in mentions))):
+            tmp = os.path.join(out, f".{name}.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, os.path.join(out, name))
         counts[split] = {"citations": len(part), "sentences": sum(len(d) for d in part),
                          "mentions": sum(tags.count("B") for d in part for _, tags in d)}
     return counts
+
+
+def _spans(tags: list[str]) -> list[tuple[int, int]]:
+    """``(start, end)`` word spans of the B/I mentions in ``tags`` (as :func:`tag_citation` writes them)."""
+    out, start = [], None
+    for i, t in enumerate(tags + ["O"]):
+        if t != "I" and start is not None:
+            out.append((start, i))
+            start = None
+        if t == "B":
+            start = i
+    return out
+
+
+def cached_silver_ner(paths: Sequence[str], out: str, sizes: Optional[Sequence[int]] = None, seed: int = 0) -> dict:
+    """:func:`write_silver_ner` built once per (inputs' content, sizes, seed) under ``$MWB_CACHE/ner-silver``
+    and copied into ``out``; returns the counts. Why: reading and tagging a MEDLINE file takes seconds, and
+    every run of an experiment wants the same set in its own folder."""
+    key = digest({"v": _VERSION, "inputs": [file_digest(p) for p in paths], "sizes": list(sizes or []),
+                  "seed": seed})
+
+    def build(tmp: str) -> None:
+        counts = write_silver_ner(paths, tmp, sizes, seed)
+        with open(os.path.join(tmp, "counts.json"), "w", encoding="utf-8") as f:
+            json.dump(counts, f)
+
+    src, _ = cached_dir(os.path.join(cache_root(), "ner-silver"), key[:16], build, "silver chemical NER set")
+    os.makedirs(out, exist_ok=True)
+    for name in sorted(os.listdir(src)):
+        shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
+    with open(os.path.join(src, "counts.json"), encoding="utf-8") as f:
+        return json.load(f)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

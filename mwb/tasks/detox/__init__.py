@@ -3,4 +3,4 @@
 Steps: self-generation and filtering (:mod:`.selfgen`), domain-adaptive training (:mod:`.dapt`),
 RealToxicityPrompts evaluation (the ``toxicity`` task, :mod:`.toxicity`), and the whole loop (:mod:`.loop`).
 """
-from . import toxicity  # noqa: F401  (registers the task)
+from . import heldout, toxicity  # noqa: F401  (registers the tasks)

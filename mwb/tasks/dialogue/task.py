@@ -22,11 +22,12 @@ from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 
 from ..api import base
+from ..api.records import example_ids
 from ..api.registry import register
 from . import data as dd
 from . import examples as ex
 from .knowledge_sources import knowledge_path
-from .metrics import dialogue_scores
+from .metrics import dialogue_scores, knowledge_f1, unigram_f1
 
 
 def is_wow(path: str) -> bool:
@@ -141,6 +142,19 @@ class Dialogue(base.Task):
             else:
                 out.update(consistency(ActorRanker(encoder), preds, examples, self.index,
                                        self.opts["ranker_candidates"], golds=golds))
+        return out
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per response (id: ``conversation:turn``): unigram ``f1`` against the gold reply and, when the
+        examples have knowledge, ``kf1`` against it — the corpus numbers are their means. Actor-ID
+        consistency is a share over the examples whose actor has a profile; it has no per-item part here."""
+        know = [e.get("knowledge_ref") for e in examples]
+        out = []
+        for i, p, e in zip(example_ids(examples), preds, examples):
+            rec = {"id": i, "prediction": p, "gold": e["target"], "actor": e.get("actor"), "f1": unigram_f1(p, e["target"])}
+            if any(know):
+                rec["kf1"] = knowledge_f1(p, e.get("knowledge_ref"))
+            out.append(rec)
         return out
 
     def files(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import accuracy
 
 from ..api.base import Option, Task, pair_inputs
+from ..api.records import example_ids
 from ..api.registry import register
 from .data import LAYOUTS, layout, read_glue, split_file, write_submission
 from .metrics import binary_f1, matthews_corrcoef, pearson, spearman
@@ -78,6 +79,24 @@ class Glue(Task):
             return {"count": len(preds)}
         res = glue_metrics(self.opts["task"], preds, [e["label"] for e in examples])
         return {**res, "count": len(preds)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per example (id: the file's ``index`` column, else the row number): ``accuracy`` 0/1; for QQP and
+        MRPC the positive class's ``{tp, fp, fn}`` under ``f1``. Matthews correlation (CoLA) and Pearson /
+        Spearman (STS-B) are correlations over the whole set, with no per-item parts: those records carry the
+        prediction and gold the correlation is computed from. A test split has no gold and no metric."""
+        ids = example_ids(examples, key="index")
+        out = []
+        for i, p, e in zip(ids, preds, examples):
+            rec = {"id": i, "prediction": float(p) if self.objective == "regression" else int(p), "gold": e["label"]}
+            if e["label"] is not None and self.objective != "regression":
+                rec["accuracy"] = int(p == e["label"])
+                if self.opts["task"] in ("qqp", "mrpc"):
+                    hit_p, hit_g = p == 1, e["label"] == 1
+                    rec["f1"] = {"tp": int(hit_p and hit_g), "fp": int(hit_p and not hit_g),
+                                 "fn": int(hit_g and not hit_p)}
+            out.append(rec)
+        return out
 
     def describe(self) -> dict:
         return {**super().describe(), "glue_task": self.layout.directory}

@@ -20,6 +20,7 @@ from mwb.evaluation.records import load_records
 from mwb.evaluation.windows import batches, padded
 
 from ..api.base import Option
+from ..api.records import example_ids
 from ..api.registry import register
 from .common import LMTask
 
@@ -56,6 +57,7 @@ class Lambada(LMTask):
         return [], ids
 
     def build(self, examples: list[dict], lm) -> list[dict]:
+        self.examples = examples
         limit = self.seq_length(lm) + 1  # inputs are all tokens but the last
         items = []
         for ex in examples:
@@ -80,9 +82,11 @@ class Lambada(LMTask):
                 c, t = len(it["context"]), it["target"]
                 lp = logp[b, c - 1:c - 1 + len(t)]
                 tgt = torch.tensor(t, device=lp.device)
-                correct = bool((lp.argmax(-1) == tgt).all())
+                guess = lp.argmax(-1)
+                correct = bool((guess == tgt).all())
                 nll = -float(lp.gather(-1, tgt[:, None]).sum())
-                out.append({"correct": correct, "nll": nll, "num_tokens": len(t)})
+                out.append({"correct": correct, "nll": nll, "num_tokens": len(t),
+                            "prediction": lm.decode(guess.tolist()), "gold": lm.decode(t)})
         return out
 
     def aggregate(self, results: list[dict]) -> dict:
@@ -92,3 +96,11 @@ class Lambada(LMTask):
         return {"accuracy": sum(r["correct"] for r in results) / max(n, 1),
                 "target_perplexity": perplexity(nll, tokens) if tokens else float("nan"),
                 "num_examples": n}
+
+    def records(self, results: list[dict], examples: list[dict]) -> list[dict]:
+        """Per passage: ``accuracy`` 0/1 (all target tokens argmax-correct) and ``target_perplexity``'s parts
+        (the target's summed NLL and token count); ``prediction`` is the greedy guess for the target tokens.
+        Id: a hash of the passage (LAMBADA rows have no id of their own)."""
+        ids = example_ids(examples, key=None)
+        return [{"id": i, "prediction": r["prediction"], "gold": r["gold"], "accuracy": int(r["correct"]),
+                 "target_perplexity": {"nll": r["nll"], "tokens": r["num_tokens"]}} for i, r in zip(ids, results)]

@@ -43,6 +43,7 @@ class WikiText(LMTask):
     def build(self, examples: list[dict], lm) -> list[dict]:
         raw = "".join(ex["text"] for ex in examples)
         path = examples[0]["path"] if examples else ""
+        self.examples = examples
         self.num_words = len(raw.split())
         text = detokenizer_for(path)(raw) if self.opts["detokenize"] else raw
         ids = lm.encode(text)
@@ -51,7 +52,7 @@ class WikiText(LMTask):
         self.num_tokens = len(ids)
         seq = self.seq_length(lm)
         stride = min(self.opts["overlap"] or seq, seq)
-        return [{"tokens": w, "skip": skip} for _, w, skip in rolling_windows(ids, seq, stride)]
+        return [{"tokens": w, "skip": skip, "start": start} for start, w, skip in rolling_windows(ids, seq, stride)]
 
     @torch.no_grad()
     def run(self, lm, items: Sequence[dict]) -> list[dict]:
@@ -62,7 +63,7 @@ class WikiText(LMTask):
                 n = len(it["tokens"]) - 1
                 tgt = torch.tensor(it["tokens"][1:], device=logp.device)
                 lp = logp[b, :n].gather(-1, tgt[:, None])[:, 0][it["skip"]:]
-                out.append({"nll": -float(lp.double().sum()), "num_tokens": int(lp.numel())})
+                out.append({"nll": -float(lp.double().sum()), "num_tokens": int(lp.numel()), "start": it["start"]})
         return out
 
     def aggregate(self, results: list[dict]) -> dict:
@@ -72,3 +73,16 @@ class WikiText(LMTask):
                 "adjusted_perplexity": word_perplexity(nll, self.num_words - 1),
                 "loss": nll / scored, "num_scored_tokens": scored, "num_tokens": self.num_tokens,
                 "num_words": self.num_words, "token_ratio": (self.num_tokens - 1) / (self.num_words - 1)}
+
+    def records(self, results: list[dict], examples: list[dict]) -> list[dict]:
+        """Per sliding window: the summed NLL and count of the tokens it scores, as the parts of ``perplexity``
+        and ``loss`` (every token is scored in exactly one window, so the parts add up to the corpus numbers).
+        ``adjusted_perplexity`` divides by words of the whole file, which no window owns, so it has no
+        per-item parts. Id: the file name and the window's first token position."""
+        name = os.path.basename(examples[0]["path"]) if examples else "text"
+        out = []
+        for r in results:
+            parts = {"nll": r["nll"], "tokens": r["num_tokens"]}
+            out.append({"id": f"{name}@{r['start']}", "prediction": None, "gold": None,
+                        "perplexity": parts, "loss": parts})
+        return out

@@ -27,7 +27,8 @@ from __future__ import annotations
 import sys
 
 from mwb.core.config import ConfigError
-from mwb.evaluation.metrics import squad_scores
+from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
+from mwb.evaluation.predictions import item_id
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.readers import training
 from mwb.retrieval.readers.base import KINDS, ReaderConfig, holds_answer
@@ -37,9 +38,13 @@ from mwb.retrieval.system import RandomRetriever
 from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 from ..api.base import Option, Task
+from ..api.spec import Finetuning, Start
+from ..api.records import unique
 from ..api.registry import register
 
 SPLITS = ("train", "dev", "all")
+READER_START = {"extractive": Start("bert", named="minilm-l6"), "fid": Start("t5"),
+                "causal": Start("gpt", named="smollm2-135m")}
 PASSAGES = ("bm25", "random")
 
 
@@ -49,7 +54,7 @@ class QAReader(Task):
     objective = "custom"
     metric = "exact_match"
     default_data = BUNDLED_REAL_QUESTIONS
-    training = training
+    finetuning = Finetuning(training=training)  # the readers' own featurising, spec and dev predictions
     options = {
         "split": Option(str, None, "train, dev (every fifth question) or all (default: dev)"),
         "batch_size": Option(int, 8, "Questions per forward pass (evaluation)."),
@@ -81,22 +86,21 @@ class QAReader(Task):
         self.reader_config = ReaderConfig(seq_length=self.opts["reader_length"],
                                           max_answer_tokens=self.opts["answer_length"],
                                           answer_length=self.opts["answer_length"])
-        self.base_arch = training.ARCH_OF_KIND[self.reader]
         self._evidence = self._bm25 = None
 
     @classmethod
     def trainable(cls) -> bool:
         return True
 
-    def base_checkpoint(self, say=print):
-        """Fine-tuning's start when no --checkpoint is given: MiniLM for the extractive reader, SmolLM2-135M for
-        the causal one; for FiD, None (the newest ``mwb pretrain t5`` run, or a tiny one trained first)."""
-        start = {"extractive": ("minilm-l6", "all-MiniLM-L6-v2"), "causal": ("smollm2-135m", "SmolLM2-135M-Instruct")}
-        if self.reader in start:
-            name, what = start[self.reader]
-            say(f"mwb: no --checkpoint given: the {self.reader} reader starts from {name} ({what})")
-            return name
-        return None
+    def arches(self) -> tuple[str, ...]:
+        """The architecture of ``--reader``: BERT (extractive), T5 (fid) or GPT (causal)."""
+        return training.arches(self)
+
+    def start(self) -> Start:
+        """Fine-tuning's start without --checkpoint: MiniLM (all-MiniLM-L6-v2) for the extractive reader and
+        SmolLM2-135M-Instruct for the causal one, when installed; for FiD (and otherwise), the newest ``mwb
+        pretrain`` run of the reader's architecture, or a tiny one trained first."""
+        return READER_START[self.reader]
 
     # --- data ------------------------------------------------------------------------------------------
     def evidence(self):
@@ -114,6 +118,7 @@ class QAReader(Task):
 
     def read(self, path: str, split: str) -> list[dict]:
         qs, n = read_questions(path), self.opts["max_questions"]
+        qs = [{**q, "index": i} for i, q in enumerate(qs)]  # the line in the file: the question's id
         if n and len(qs) > n:  # an even spread keeps every dataset of a file grouped by dataset
             qs = [qs[i * len(qs) // n] for i in range(n)]
         if split != "all":
@@ -127,6 +132,8 @@ class QAReader(Task):
             qs = qs + made
         rows = self.passages_for([q["question"] for q in qs])
         out = [{"question": q["question"], "answers": list(q["answers"]),
+                "id": str(q["id"]) if q.get("id") not in (None, "") else
+                (f"q{q['index']}" if "index" in q else f"mss{item_id(q['question'], list(q['answers']))}"),
                 "docs": [{"id": ev.ids[r], "title": ev.titles[r], "text": ev.texts[r]} for r in rs]}
                for q, rs in zip(qs, rows)]
         if split == "train" and self.opts["answerable_only"]:
@@ -138,6 +145,15 @@ class QAReader(Task):
         found = [holds_answer(e["docs"], e["answers"]) for e in examples]
         return {**squad_scores(preds, [e["answers"] for e in examples]),
                 "answer_in_passages": 100.0 * sum(found) / max(len(found), 1), "count": len(preds)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per question: ``exact_match``, ``f1`` and ``answer_in_passages`` on the 0–100 scale the corpus
+        numbers use; id: the question's own ``id``, else ``q<line index>`` in the questions file."""
+        ids = unique([e["id"] for e in examples])
+        return [{"id": i, "prediction": p, "gold": list(e["answers"]),
+                 "exact_match": 100.0 * squad_exact_match(p, e["answers"]), "f1": 100.0 * squad_f1(p, e["answers"]),
+                 "answer_in_passages": 100.0 * holds_answer(e["docs"], e["answers"])}
+                for i, p, e in zip(ids, preds, examples)]
 
     # --- harness ---------------------------------------------------------------------------------------
     def load_model(self, checkpoint, tokenizer=None, device=None):

@@ -22,7 +22,7 @@ from typing import Callable
 
 from mwb.core.config import ConfigError
 from mwb.evaluation.evaluator import dp_coords
-from mwb.evaluation.metrics import squad_scores
+from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
 from mwb.retrieval.matching import MATCH_MODES, first_hit, parse_ks, top_k_accuracy
 from mwb.retrieval.readers.base import ReaderConfig
 from mwb.retrieval.readers.loading import joint_run_parts, load_reader
@@ -30,6 +30,7 @@ from mwb.retrieval.system import CONTROLS, RETRIEVERS, QASystem, build_system, d
 from mwb.retrieval.text import BUNDLED_REAL_QUESTIONS, read_questions
 
 from ..api.base import Option, Task
+from ..api.records import unique
 from ..api.registry import register
 
 
@@ -97,6 +98,7 @@ class QATask(Task):
         return cfg, system
 
     def build(self, examples, lm):
+        self.examples = examples
         self.items = [{"question": e["question"], "answers": list(e["answers"])} for e in examples]
         return self.items
 
@@ -144,3 +146,25 @@ class QATask(Task):
         if os.environ.get("RANK", "0") in ("", "0"):
             print(format_table(metrics, names, self.ks), file=sys.stderr, flush=True)
         return metrics
+
+    def records(self, results: list[dict], examples: list[dict]) -> list[dict]:
+        """Per question and retriever: ``<retriever>_top<k>`` 0/1 (an answer within the top k) for each k,
+        and with a reader ``<retriever>_exact_match`` / ``<retriever>_f1`` (0–100, as the corpus numbers are
+        reported); ``prediction`` holds each retriever's first-hit rank, top passage id and answer. Id: the
+        question's own ``id`` field, else ``q<line index>`` in the questions file."""
+        ids = unique([f"{e['id']}" if e.get("id") not in (None, "") else f"q{n}" for n, e in enumerate(examples)])
+        names = [r for r in RETRIEVERS + CONTROLS if results and r in results[0]]
+        out = []
+        for rid, res, e in zip(ids, results, examples):
+            rec = {"id": rid, "prediction": {n: {"first_hit": res[n], "top1_id": res[f"{n}_top1_id"],
+                                                 **({"answer": res[f"{n}_answer"]} if f"{n}_answer" in res else {})}
+                                             for n in names},
+                   "gold": list(e["answers"])}
+            for n in names:
+                for k in self.ks:
+                    rec[f"{n}_top{k}"] = int(res[n] is not None and res[n] < k)
+                if f"{n}_answer" in res:
+                    rec[f"{n}_exact_match"] = 100.0 * squad_exact_match(res[f"{n}_answer"], e["answers"])
+                    rec[f"{n}_f1"] = 100.0 * squad_f1(res[f"{n}_answer"], e["answers"])
+            out.append(rec)
+        return out

@@ -21,6 +21,7 @@ from mwb.evaluation.records import load_records
 
 from ..api.base import Task, pair_inputs
 from ..api.formats.splits import find_file, with_extensions
+from ..api.records import example_ids
 from ..api.registry import register
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "race_sample")
@@ -118,3 +119,10 @@ class Race(Task):
             res[key] = sum(int(p == y) for p, y in pairs) / len(pairs) if pairs else float("nan")
             res[f"count_{level or 'all'}"] = len(pairs)
         return res
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per question (id: ``level/file#question`` in the official layout, the row's ``example_id`` in the
+        Hugging Face one): ``accuracy`` 0/1 and the ``level``, so the records of one level aggregate to its
+        ``accuracy_middle`` / ``accuracy_high``."""
+        return [{"id": i, "prediction": int(p), "gold": int(e["label"]), "level": e["level"],
+                 "accuracy": int(p == e["label"])} for i, p, e in zip(example_ids(examples), preds, examples)]

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mwb.core.config import ConfigError
-from mwb.evaluation.metrics import squad_scores
-from mwb.evaluation.squad_metrics import best_null_threshold, squad_v2_scores
+from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
+from mwb.evaluation.squad_metrics import best_null_threshold, em_f1, squad_v2_scores
 
 from ..api.base import Option, Task
+from ..api.records import example_ids
 from ..api.registry import register
 from .data import FILES, Windowing, best_span, read_squad, squad_file, windows
 
@@ -78,3 +79,22 @@ class Squad(Task):
         margins = [float("inf") if p["null_margin"] is None else p["null_margin"] for p in preds]
         out.update(best_null_threshold([p["span_text"] for p in preds], margins, answers))
         return {**out, "count": len(preds)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per question (id: the SQuAD question id), on the 0–100 scale of the corpus numbers: v1.1
+        ``exact_match`` and ``f1``; v2.0 ``exact`` and ``f1`` with ``has_answer``, so the records of answerable
+        (unanswerable) questions aggregate to ``HasAns_*`` (``NoAns_*``). The best-threshold numbers search
+        a threshold over the whole set and have no per-question part; ``prediction`` keeps the best span and
+        its null margin to redo that search."""
+        out = []
+        for i, p, e in zip(example_ids(examples), preds, examples):
+            rec = {"id": i, "prediction": p["text"], "gold": list(e["answers"])}
+            if self.opts["version"] == "1.1":
+                rec.update(exact_match=100.0 * squad_exact_match(p["text"], e["answers"]),
+                           f1=100.0 * squad_f1(p["text"], e["answers"]))
+            else:
+                em, f1 = em_f1(p["text"], e["answers"])
+                rec.update(span_text=p["span_text"], null_margin=p["null_margin"],
+                           has_answer=bool(e["answers"]), exact=100.0 * em, f1=100.0 * f1)
+            out.append(rec)
+        return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 from mwb.core.data.package_files import package_path
 
 from ..api.base import Option, Task
+from ..api.records import example_ids
 from ..api.registry import register
 from .data import read_stories
 from .keywords import format_keywords, parse_keywords, sentence_keywords
@@ -19,7 +20,7 @@ KEYWORDS_PER_SENTENCE = 2
 
 def next_sentence_examples(stories, keywords_per_sentence: int = KEYWORDS_PER_SENTENCE) -> list[dict]:
     """Per story, sentence i = 2..5: the sentences before it, it, and its RAKE keywords."""
-    return [{"story": s.id, "position": i, "context": " ".join(s.sentences[:i]), "target": s.sentences[i],
+    return [{"id": f"{s.id}:{i}", "story": s.id, "position": i, "context": " ".join(s.sentences[:i]), "target": s.sentences[i],
              "keywords": sentence_keywords(s.sentences[i], keywords_per_sentence)}
             for s in stories for i in range(1, 5)]
 
@@ -52,11 +53,19 @@ class StoryKeywords(Task):
         return {"prompt": keyword_prompt(example["context"]), "target": " " + format_keywords(example["keywords"])}
 
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        f1s, ems = [], []
-        for p, e in zip(preds, examples):
+        rows = self.records(preds, examples)
+        n = max(len(preds), 1)
+        return {"keyword_f1": sum(r["keyword_f1"] for r in rows) / n,
+                "exact_match": sum(r["exact_match"] for r in rows) / n, "count": len(preds)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per next sentence (id: ``story:position``): set ``keyword_f1`` of the
+        predicted keywords against the sentence's RAKE keywords and ``exact_match`` (the same set)."""
+        out = []
+        for i, p, e in zip(example_ids(examples), preds, examples):
             got, gold = set(parse_keywords(p)), set(e["keywords"])
             hit = len(got & gold)
-            f1s.append(0.0 if not hit else 2 * hit / (len(got) + len(gold)))
-            ems.append(float(got == gold))
-        n = max(len(preds), 1)
-        return {"keyword_f1": sum(f1s) / n, "exact_match": sum(ems) / n, "count": len(preds)}
+            out.append({"id": i, "prediction": sorted(got), "gold": sorted(gold),
+                        "keyword_f1": 0.0 if not hit else 2 * hit / (len(got) + len(gold)),
+                        "exact_match": float(got == gold)})
+        return out

@@ -9,10 +9,15 @@ Objective: custom (no training here). Metrics:
 ``distinct_4``      unique 4-grams / all 4-grams over all generated stories (no control)
 ``repeat_4``        share of generated stories with a repeated 4-gram (no control)
 ``inclusion_control`` / ``inclusion_no_control``
-                    keyword inclusion of the test's keywords in the sentence written with them as control,
+                    share of the test's keywords newly included in the sentence written with them as control,
                     and in the sentence written at the same step without control. The test's keywords for
-                    story i, sentence t are the last word of the best RAKE phrase of sentence t of test story
-                    i + 1 (another story's words: unlikely unless the control works).
+                    story i are words of other stories that are in no sentence of story i and have knowledge,
+                    one per sentence 2–5; "newly" means not already in the story written so far
+                    (:mod:`.control`).
+
+``--control with`` / ``--control without`` write only the controlled / only the uncontrolled stories (half the
+generation) and report ``inclusion``, ``distinct_4`` and ``repeat_4`` of the stories written, so two runs of
+one model compare with ``mwb compare A B --metric inclusion`` item by item.
 """
 from __future__ import annotations
 
@@ -23,21 +28,17 @@ import torch
 
 from mwb.core.data.package_files import package_path
 
+from mwb.core.config import ConfigError
+
 from ..api.base import Option, Task
 from ..api.registry import register
+from .control import control_keywords, inclusion_share
 from .data import read_stories
-from .keywords import sentence_keywords
-from .metrics import keyword_inclusion, repeat_n, story_distinct
+from .metrics import has_repeat, repeat_n, story_distinct, words
 from .writer import SENTENCES, StoryWriter, WriteConfig
 
-
-def control_keywords(stories) -> list[list[list[str]]]:
-    """For story ``i``: one keyword per sentence 2–5, taken from story ``i + 1`` (cyclically)."""
-    out = []
-    for i in range(len(stories)):
-        other = stories[(i + 1) % len(stories)]
-        out.append([[(sentence_keywords(s, 1) or ["story"])[0].split()[-1]] for s in other.sentences[1:]])
-    return out
+# --control → which stories a run writes: without control ("free"), with the test's keywords ("controlled")
+WRITES = {"both": ("free", "controlled"), "without": ("free",), "with": ("controlled",)}
 
 
 @register("story")
@@ -48,7 +49,14 @@ class StoryEval(Task):
     options = {**Task.options,
                "stories": Option(int, 100, "Evaluate the first N stories of the split (0: all)."),
                "conceptnet": Option(str, None, "ConceptNet assertions CSV instead of the run's knowledge base."),
-               "seed": Option(int, 1234, "Sampling seed of the generated sentences.")}
+               "seed": Option(int, 1234, "Sampling seed of the generated sentences."),
+               "control": Option(str, "both", "Stories to write: both (without and with the test's keywords), "
+                                              "with (only controlled) or without (only uncontrolled).")}
+
+    def __init__(self, **opts) -> None:
+        super().__init__(**opts)
+        if self.opts["control"] not in WRITES:
+            raise ConfigError(f"--control must be one of {', '.join(WRITES)}, got {self.opts['control']!r}")
 
     def data_path(self, path):
         return path or package_path("rocstories")
@@ -63,34 +71,65 @@ class StoryEval(Task):
 
     def build(self, examples, runner):
         self.examples = examples
-        return [{"story": s, "control": c} for s, c in zip(examples, control_keywords(examples))]
+        control = control_keywords(examples, has_knowledge=lambda w: bool(runner.kb.triples(w)))
+        return [{"story": s, "control": c} for s, c in zip(examples, control)]
 
     def run(self, runner: StoryWriter, items):
         if not items:
             return []
         cfg = WriteConfig(seed=self.opts["seed"], batch_size=self.opts["batch_size"] or 32)
         firsts = [it["story"].sentences[0] for it in items]
-        free = runner.write(firsts, cfg=cfg)
-        ctrl = runner.write(firsts, [it["control"] for it in items], cfg=cfg)
         nll = gold_nll(runner, [it["story"] for it in items])
-        return [{"free": f["sentences"], "controlled": c["sentences"], "control": it["control"], "nll": n}
-                for f, c, it, n in zip(free, ctrl, items, nll)]
+        out = [{"control": it["control"], "nll": n} for it, n in zip(items, nll)]
+        for kind in WRITES[self.opts["control"]]:
+            given = [it["control"] for it in items] if kind == "controlled" else None
+            for r, story in zip(out, runner.write(firsts, given, cfg=cfg)):
+                r[kind] = story["sentences"]
+        return out
 
     def aggregate(self, results):
-        free = [" ".join(r["free"]) for r in results]
         nll, count = sum(r["nll"][0] for r in results), sum(r["nll"][1] for r in results)
-        with_c = [(k, r["controlled"][t + 1]) for r in results for t, k in enumerate(r["control"])]
-        without = [(k, r["free"][t + 1]) for r in results for t, k in enumerate(r["control"])]
         gold = [" ".join(s.sentences) for s in self.examples]
-        self.samples = [{"first": s.sentences[0], "free": r["free"], "controlled": r["controlled"],
+        self.samples = [{"first": s.sentences[0], **{k: r[k] for k in WRITES[self.opts["control"]]},
                          "control": r["control"], "gold": list(s.sentences)} for s, r in zip(self.examples, results)]
-        return {"ppl": math.exp(nll / count) if count else float("nan"),
-                "distinct_4": story_distinct(free, 4), "repeat_4": repeat_n(free, 4),
-                "inclusion_control": keyword_inclusion(with_c), "inclusion_no_control": keyword_inclusion(without),
-                "distinct_4_controlled": story_distinct([" ".join(r["controlled"]) for r in results], 4),
-                "repeat_4_controlled": repeat_n([" ".join(r["controlled"]) for r in results], 4),
-                "gold_distinct_4": story_distinct(gold, 4), "gold_repeat_4": repeat_n(gold, 4),
+        out = {"ppl": math.exp(nll / count) if count else float("nan")}
+        for kind, (inclusion, suffix) in self._names().items():
+            texts = [" ".join(r[kind]) for r in results]
+            n = max(len(results), 1)
+            out.update({f"distinct_4{suffix}": story_distinct(texts, 4), f"repeat_4{suffix}": repeat_n(texts, 4),
+                        inclusion: sum(inclusion_share(r["control"], r[kind]) for r in results) / n})
+        return {**out, "gold_distinct_4": story_distinct(gold, 4), "gold_repeat_4": repeat_n(gold, 4),
                 "stories": len(results), "target_tokens": count}
+
+    def _names(self) -> dict:
+        """Written kind → (its inclusion metric, the suffix of its distinct/repeat metrics): with both kinds
+        written, ``inclusion_no_control`` / ``distinct_4`` and ``inclusion_control`` / ``distinct_4_controlled``;
+        with one, plain ``inclusion`` / ``distinct_4`` of the stories written."""
+        kinds = WRITES[self.opts["control"]]
+        if len(kinds) == 1:
+            return {kinds[0]: ("inclusion", "")}
+        return {"free": ("inclusion_no_control", ""), "controlled": ("inclusion_control", "_controlled")}
+
+    def records(self, results: list[dict], examples) -> list[dict]:
+        """Per story (id: the ROCStories story id): ``ppl``'s parts (the gold sentences' summed NLL and token
+        count); ``repeat_4`` 0/1 and the inclusion metric (:meth:`_names`) as the story's share of newly
+        included keywords (every story has one per sentence 2–5, so the mean of shares is the corpus share),
+        for each kind of story written; ``gold_repeat_4`` 0/1. distinct-4 counts unique 4-grams over *all*
+        stories, which no story's parts add up to: each record has the story's own ``story_distinct_4``
+        instead, and its text in ``prediction`` to recompute the corpus value."""
+        out = []
+        for s, r in zip(examples, results):
+            rec = {"id": str(s.id), "prediction": {**{k: r[k] for k in WRITES[self.opts["control"]]},
+                                                   "control": r["control"]},
+                   "gold": list(s.sentences), "ppl": {"nll": r["nll"][0], "tokens": r["nll"][1]},
+                   "gold_repeat_4": int(has_repeat(words(" ".join(s.sentences)), 4))}
+            for kind, (inclusion, suffix) in self._names().items():
+                text = " ".join(r[kind])
+                rec.update({f"repeat_4{suffix}": int(has_repeat(words(text), 4)),
+                            inclusion: inclusion_share(r["control"], r[kind]),
+                            f"story_distinct_4{suffix}": story_distinct([text], 4)})
+            out.append(rec)
+        return out
 
     def files(self) -> dict[str, str]:
         """``stories.jsonl`` beside results.json: each story written without and with the test's control."""

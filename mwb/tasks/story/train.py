@@ -25,6 +25,8 @@ from mwb.core.config import RunConfig
 from mwb.evaluation.results import write_results
 
 from ..api.finetune import finetune
+from ..api.setup import Configure, Say, finetune_setup
+from ..api.spec import GENERATIVE_START
 from .data import read_stories
 from .keyword_predictor import next_sentence_examples
 from .knowledge import knowledge_base, knowledge_sentences
@@ -39,8 +41,8 @@ class StoryConfig:
     out: str
     checkpoint: str                  # GPT the keyword predictor and the generator start from
     tokenizer: str
-    train_stories: int = 1000        # 0: every training story
-    dev_stories: int = 64
+    train_stories: int = 200         # 0: every training story
+    dev_stories: int = 32
     candidates: int = 16             # knowledge sentences retrieved per example
     top_n: int = 3                   # kept by the ranker, given to the generator
     knowledge: bool = True           # False: the generator ablation without knowledge
@@ -140,3 +142,24 @@ def run_story(scfg: StoryConfig, cfg: RunConfig, nproc: Optional[int]) -> dict:
                   config={"story": dataclasses.asdict(scfg), "run": dataclasses.asdict(cfg)},
                   extra={"ranker_losses": report.get("ranker_losses"), "parts": manifest})
     return {"metrics": metrics, "parts": manifest}
+
+
+def story_defaults(pre: RunConfig) -> dict:
+    """Fine-tuning defaults of both GPT parts: 256 tokens (knowledge + story so far + next sentence) where the
+    pretrained model's positions allow it."""
+    m = pre.model
+    return {"train": {"seq_length": 256}} if m.position_embedding != "learned" or m.max_position_embeddings >= 256 \
+        else {}
+
+
+def finetune_story(checkpoint: Optional[str], data: str, conceptnet: Optional[str], configure: Configure,
+                   tokenizer: Optional[str], out: str, nproc: Optional[int], say: Say, ranker: RankerConfig,
+                   **options) -> dict:
+    """``mwb finetune story``: the GPT start through the one setup path (``checkpoint``, else the newest
+    ``mwb pretrain gpt`` run, else a tiny one trained now), then :func:`run_story`. ``options`` are the
+    :class:`StoryConfig` fields of the scale and the ablations."""
+    setup = finetune_setup("mwb finetune story", ("gpt",), GENERATIVE_START, checkpoint, configure, tokenizer, say,
+                           defaults=story_defaults)
+    scfg = StoryConfig(data=os.path.abspath(data), out=out, checkpoint=setup.checkpoint, tokenizer=setup.tokenizer,
+                       conceptnet=os.path.abspath(conceptnet) if conceptnet else None, ranker=ranker, **options)
+    return run_story(scfg, setup.cfg, nproc)

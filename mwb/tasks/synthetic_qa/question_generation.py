@@ -35,7 +35,7 @@ class QuestionGeneration(Task):
             context = e["context"]
             if self.opts["context"] == "sentence" and start >= 0:
                 context = sentence_of(context, start, start + len(answer))
-            out.append({"context": context, "answer": answer, "question": e["question"]})
+            out.append({"id": e["id"], "context": context, "answer": answer, "question": e["question"]})
         return out
 
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:

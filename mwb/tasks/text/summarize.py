@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 
 from mwb.core.errors import DataError
-from mwb.evaluation.rouge import rouge_scores
+from mwb.evaluation.rouge import pair_scores, rouge_scores
 
 from ..api.base import Option, Task
 from ..api.formats.prompt_target import field_pair, read_pairs
+from ..api.records import example_ids
 from ..api.registry import register
 
 FIELDS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
@@ -63,3 +64,12 @@ class Summarize(Task):
         out = rouge_scores([p.strip() for p in preds], refs)
         lead = rouge_scores([lead_sentence(e["source"]) for e in examples], refs)
         return {**out, **{f"lead_{k}": v for k, v in lead.items()}, "count": len(preds)}
+
+    def records(self, preds: list, examples: list[dict]) -> list[dict]:
+        """Per document (id: its own, else a hash of it): ``rouge1``/``rouge2``/``rougeL`` F × 100 of the
+        generation and ``lead_*`` of the lead sentence — each corpus number is the mean of these."""
+        refs = [" ".join(e["summary"].split()) for e in examples]
+        ours = pair_scores([p.strip() for p in preds], refs)
+        lead = pair_scores([lead_sentence(e["source"]) for e in examples], refs)
+        return [{"id": i, "prediction": p.strip(), "gold": r, **o, **{f"lead_{k}": v for k, v in b.items()}}
+                for i, p, r, o, b in zip(example_ids(examples), preds, refs, ours, lead)]

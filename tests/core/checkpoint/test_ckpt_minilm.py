@@ -9,11 +9,13 @@ transformers = pytest.importorskip("transformers")
 from mwb.core.compose import load_full_model  # noqa: E402
 from mwb.core.convert import convert  # noqa: E402
 from tests.helpers.minilm import minilm_dir  # noqa: E402
+from tests.helpers.needs import needs  # noqa: E402
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Megatron trains transformers in parallel.",
              "A short one.", "Sentence embeddings place similar meanings close together, even in other words."]
 
 
+@needs(models=["minilm-l6"])
 def test_minilm_hidden_states_equal_transformers(tmp_path):
     path = minilm_dir()
     tok = transformers.AutoTokenizer.from_pretrained(path)

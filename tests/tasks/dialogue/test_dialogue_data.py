@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from mwb.core.data.package_files import available
 from mwb.core.errors import DataError
 from mwb.tasks.dialogue import data as dd
+from tests.helpers.needs import needs
 
 CHITCHAT = {
     "c1": {"messages": [[{"text": "Hello", "sender": "A", "timestamp": "t"},
@@ -95,7 +95,7 @@ def test_splits_by_conversation_and_held_out_actors():
     assert parts["dev"] and parts["train"]
 
 
-@pytest.mark.skipif(not available("chitchat"), reason="chitchat-dataset archive not in $MWB_CACHE")
+@needs(data=["chitchat"])
 def test_real_chitchat_has_stable_actors():
     convs = dd.read_chitchat()
     assert len(convs) == 7168

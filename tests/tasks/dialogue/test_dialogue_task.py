@@ -15,6 +15,7 @@ from mwb.tasks.dialogue import actor_ranker
 from mwb.tasks.api.registry import get_task
 from tests.helpers.checkpoints import TOKENIZER, tiny_checkpoint
 from tests.helpers.distributed import run_ranks
+from tests.helpers.needs import needs
 
 from .test_dialogue_data import WOW
 
@@ -210,6 +211,7 @@ def test_bad_data_and_options_are_one_line_errors(tmp_path, capsys):
     assert code == 2 and "bm25 or dpr" in err, err
 
 
+@needs(models=["minilm-l6"])
 def test_dense_retriever_finds_the_related_passage(tmp_path):
     from tests.helpers.minilm import minilm_dir
     minilm_dir()  # skips without all-MiniLM-L6-v2

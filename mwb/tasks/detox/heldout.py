@@ -1,0 +1,128 @@
+"""``heldout-ppl``: perplexity of held-out documents, one record per document — SGEAT's language-model cost.
+
+Why a task of its own: ``mwb finetune detox`` reports held-out perplexity before and after training from a few
+fixed-length batches of the held-out stream, which is one number per run. Comparing two adapted models item by
+item (``mwb compare``, ``mwb repro sgeat``) needs each document's own negative log-likelihood and token count.
+
+Data: by default the bundled pretraining corpus's held-out documents — the ``valid`` range of the 949,50,1 split
+that ``mwb pretrain gpt`` and ``mwb finetune detox`` hold out (:data:`.dapt.HELD_OUT_SPLIT`); or any
+``.jsonl``/``.jsonl.gz`` of ``{"text"}`` documents, of which ``--split`` picks the same range (``all``: every
+document). ``--limit N`` scores the first N.
+Inputs: each document as the training stream holds it — after an end-of-document token and followed by one —
+scored in windows of ``--seq-length`` tokens advancing half a window (:func:`mwb.evaluation.windows.
+rolling_windows`), so every token after the first is predicted exactly once.
+Metrics: ``ppl`` = exp(Σnll / Σtokens) over all documents and ``loss`` = Σnll / Σtokens; each document's record
+carries its parts ``{"nll", "tokens"}`` under both names, so the records aggregate to the run's numbers.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+from typing import Optional, Sequence
+
+import torch
+
+from mwb.core.config import ConfigError
+from mwb.core.data.bundled import corpus_file
+from mwb.core.data.gpt import split_ranges
+from mwb.core.errors import DataError
+from mwb.evaluation.windows import batches, padded, rolling_windows
+
+from ..api.base import Option
+from ..api.registry import register
+from ..lm.common import LMTask
+from .dapt import HELD_OUT_SPLIT
+
+SPLITS = ("train", "valid", "test", "all")
+
+
+def read_documents(path: str, split: str) -> list[dict]:
+    """The ``{"text"}`` documents of ``path`` in ``split``'s range of the 949,50,1 split, each with its id
+    (file name and line index among the file's documents, so the same document has the same id in every run)."""
+    if split not in SPLITS:
+        raise ConfigError(f"heldout-ppl: --split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if not os.path.isfile(path):
+        raise DataError(f"documents not found: {path} (give a .jsonl or .jsonl.gz of {{\"text\": ...}} lines)")
+    opener = gzip.open if path.endswith(".gz") else open
+    docs = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}: line {n} is not JSON ({e.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                raise DataError(f"{path}: line {n} has no string 'text'")
+            docs.append(row["text"])
+    if split == "all":
+        start, end = 0, len(docs)
+    else:
+        start, end = split_ranges(HELD_OUT_SPLIT, len(docs))[("train", "valid", "test").index(split)]
+    name = os.path.basename(path)
+    out = [{"id": f"{name}:{i}", "text": docs[i]} for i in range(start, end)]
+    if not out:
+        raise DataError(f"{path}: no documents in the {split!r} range of the {HELD_OUT_SPLIT} split")
+    return out
+
+
+@register("heldout-ppl", "heldout-perplexity")
+class HeldOutPerplexity(LMTask):
+    description = ("perplexity of held-out pretraining documents (default: the bundled corpus's valid split), "
+                   "per document")
+    metric = "ppl"
+    options = {**LMTask.options,
+               "split": Option(str, "valid", "Documents of the 949,50,1 split to score: train, valid, test, all.")}
+
+    def data_path(self, path: Optional[str]) -> str:
+        return path or corpus_file()
+
+    def load(self, path: Optional[str]) -> list[dict]:
+        return read_documents(self.data_path(path), self.opts["split"])
+
+    def build(self, examples: list[dict], lm) -> list[dict]:
+        self.examples = examples
+        seq = self.seq_length(lm)
+        items = []
+        for d, ex in enumerate(examples):
+            ids = lm.encode(ex["text"])
+            if lm.eod is not None:
+                ids = [lm.eod] + ids + [lm.eod]
+            if len(ids) < 2:
+                raise DataError(f"document {ex['id']} has fewer than two tokens: nothing to predict")
+            items += [{"doc": d, "tokens": w, "skip": skip}
+                      for _, w, skip in rolling_windows(ids, seq, max(1, seq // 2))]
+        return items
+
+    @torch.no_grad()
+    def run(self, lm, items: Sequence[dict]) -> list[dict]:
+        out = []
+        for batch in batches(items, self.opts["batch_size"]):
+            logp = lm.log_probs(padded([it["tokens"][:-1] for it in batch], self.pad_id(lm)))
+            for b, it in enumerate(batch):
+                n = len(it["tokens"]) - 1
+                tgt = torch.tensor(it["tokens"][1:], device=logp.device)
+                lp = logp[b, :n].gather(-1, tgt[:, None])[:, 0][it["skip"]:]
+                out.append({"doc": it["doc"], "nll": -float(lp.double().sum()), "tokens": int(lp.numel())})
+        return out
+
+    def _per_document(self, results: list[dict]) -> list[dict]:
+        parts = [{"nll": 0.0, "tokens": 0} for _ in self.examples]
+        for r in results:
+            parts[r["doc"]]["nll"] += r["nll"]
+            parts[r["doc"]]["tokens"] += r["tokens"]
+        return parts
+
+    def aggregate(self, results: list[dict]) -> dict:
+        parts = self._per_document(results)
+        nll, tokens = sum(p["nll"] for p in parts), sum(p["tokens"] for p in parts)
+        return {"ppl": math.exp(nll / tokens), "loss": nll / tokens, "num_documents": len(parts),
+                "num_tokens": tokens}
+
+    def records(self, results: list[dict], examples: list[dict]) -> list[dict]:
+        """Per document: its summed NLL and predicted-token count as the parts of ``ppl`` and ``loss``."""
+        return [{"id": ex["id"], "prediction": None, "gold": None, "ppl": p, "loss": p}
+                for ex, p in zip(examples, self._per_document(results))]
