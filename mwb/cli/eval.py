@@ -42,12 +42,14 @@ def _list_tasks() -> None:
 @click.option("--data", default=None, help="Task data (local file in the official format, or a hub name online).")
 @click.option("--out", type=click.Path(), default=None, help="Output directory (default runs/eval-TASK-<time>).")
 @click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
-@click.option("--seq-length", type=int, default=None, help="Context length (default: the checkpoint's).")
-@click.option("--overlap", type=int, default=None, help="WikiText: new tokens scored per window (Megatron's "
-                                                        "--overlapping-eval).")
-@click.option("--batch-size", type=int, default=None, help="Sequences per forward pass.")
-@click.option("--limit", type=int, default=None, help="Evaluate only the first N examples.")
-@click.option("--nproc", type=int, default=None, help="Data-parallel ranks to spawn (examples are sharded).")
+@click.option("--seq-length", type=click.IntRange(min=1), default=None,
+              help="Context length (default: the checkpoint's).")
+@click.option("--overlap", type=click.IntRange(min=1), default=None,
+              help="WikiText: new tokens scored per window (Megatron's --overlapping-eval).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Sequences per forward pass.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Evaluate only the first N examples.")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Data-parallel ranks to spawn (examples are sharded).")
 @click.pass_context
 def eval_cmd(ctx, task, list_, checkpoint, data, out, tokenizer, seq_length, overlap, batch_size, limit, nproc):
     """Evaluate a checkpoint on TASK (`mwb eval --list` shows the tasks)."""

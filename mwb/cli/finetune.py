@@ -24,7 +24,7 @@ def _task_command(name: str, cls) -> click.Command:
     @training_options
     @click.option("--checkpoint", default=None, help="Pretrained checkpoint (mwb, named model or Hugging Face).")
     @click.option("--data", default=None, type=click.Path(), help="Task data directory or file.")
-    @click.option("--epochs", type=int, default=None,
+    @click.option("--epochs", type=click.IntRange(min=1), default=None,
                   help=f"Training epochs [the task's default: {task.finetuning.epochs}].")
     @click.option("--pack", is_flag=True, default=None,
                   help="Generative tasks on a GPT: pack samples first-fit into --seq-length rows, each attending only "

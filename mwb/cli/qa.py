@@ -25,22 +25,25 @@ def qa():
                  "cross-fitted minilm-l6 readers.")
 @click.option("--corpus", default=None, help="Passages: DPR evidence TSV (id, text, title); default the bundled sample.")
 @click.option("--out", default=None, help="Output directory (default runs/qa-synthesize-<time>).")
-@click.option("--passages", type=int, default=60, show_default=True, help="Passages drawn (seeded); 0 = all.")
-@click.option("--answers-per-passage", type=int, default=2, show_default=True)
+@click.option("--passages", type=click.IntRange(min=0), default=60, show_default=True,
+              help="Passages drawn (seeded); 0 = all.")
+@click.option("--answers-per-passage", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--generator", default="smollm2-135m", show_default=True,
               help="Question generator: a GPT checkpoint or named model (a question-generation run: --qg-shots 0).")
-@click.option("--qg-shots", type=int, default=2, show_default=True, help="Demonstrations in the generation prompt.")
+@click.option("--qg-shots", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Demonstrations in the generation prompt.")
 @click.option("--context", type=click.Choice(["sentence", "passage"]), default="sentence", show_default=True,
               help="What a question is generated from.")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Prompts per generation batch.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Prompts per generation batch.")
 @click.option("--filter-model", default=None, help="Roundtrip QA model: a fine-tuned squad checkpoint "
                                                    "(default: readers trained here on the other fold).")
 @click.option("--filter-metric", type=click.Choice(["em", "f1"]), default="f1", show_default=True)
-@click.option("--filter-threshold", type=float, default=0.5, show_default=True)
+@click.option("--filter-threshold", type=click.FloatRange(0, 1), default=0.5, show_default=True)
 @click.option("--filter-base", default="minilm-l6", show_default=True, help="Encoder the roundtrip readers start from.")
-@click.option("--filter-epochs", type=int, default=2, show_default=True)
-@click.option("--seq-length", type=int, default=192, show_default=True, help="Reader input length.")
+@click.option("--filter-epochs", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--seq-length", type=click.IntRange(min=1), default=192, show_default=True, help="Reader input length.")
 def synthesize(corpus, out, passages, answers_per_passage, seed, generator, qg_shots, context, batch_size,
                filter_model, filter_metric, filter_threshold, filter_base, filter_epochs, seq_length):
     from mwb.retrieval.text import BUNDLED_EVIDENCE
@@ -68,12 +71,12 @@ def synthesize(corpus, out, passages, answers_per_passage, seed, generator, qg_s
 @click.option("--reader", default="untrained", show_default=True, help="squad checkpoint/run, or 'untrained'.")
 @click.option("--questions", default=None, help="question<TAB>[answers] TSV or jsonl (default: bundled).")
 @click.option("--evidence", default=None, help="DPR evidence TSV (default: bundled Wikipedia sample).")
-@click.option("--top-k", type=int, default=3, show_default=True)
-@click.option("--seq-length", type=int, default=192, show_default=True)
-@click.option("--limit", type=int, default=None, help="Only the first N questions.")
+@click.option("--top-k", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--seq-length", type=click.IntRange(min=1), default=192, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N questions.")
 @click.option("--titled/--all-questions", default=None,
               help="Only questions that name an article title (default with the bundled real questions: 216).")
-@click.option("--sample", type=int, default=None, help="A seeded sample of N questions.")
+@click.option("--sample", type=click.IntRange(min=1), default=None, help="A seeded sample of N questions.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of --sample.")
 @click.option("--base", default="minilm-l6", show_default=True, help="Encoder of the untrained reader.")
 @click.option("--out", default=None, help=f"Output directory (default runs/{OPEN_DOMAIN}-<time>).")

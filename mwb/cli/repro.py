@@ -70,7 +70,7 @@ def _print_list(root: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="with --list: one JSON array")
 @click.option("--scale", type=click.Choice(SCALE_NAMES), default="cpu", show_default=True,
               help="smoke: a pipeline check; cpu: the documented result; gpu: one GPU; paper: the paper's setting")
-@click.option("--seeds", type=int, help="seeds per condition [the scale's default]")
+@click.option("--seeds", type=click.IntRange(min=1), help="seeds per condition [the scale's default]")
 @click.option("--out", help="output directory [reproductions-runs/NAME-SCALE]; for `report`: the page to write "
                             "[docs/reproductions.md]")
 @click.option("--dry-run", is_flag=True,

@@ -20,12 +20,15 @@ def _biencoder_options(fn):
         click.option("--shared/--separate", "shared", default=None,
                      help="One tower for questions and passages, or two (default: separate, or the checkpoint's)."),
         click.option("--pooling", type=click.Choice(["cls", "mean"]), default=None, help="Embedding pooling."),
-        click.option("--projection-dim", type=int, default=None, help="Add a linear projection to this size."),
+        click.option("--projection-dim", type=click.IntRange(min=1), default=None,
+                     help="Add a linear projection to this size."),
         click.option("--normalize/--no-normalize", default=None, help="L2-normalise embeddings."),
         click.option("--score-scale", type=click.Choice(["none", "sqrt", "temperature"]), default=None,
                      help="Divide scores by nothing, √d, or --temperature."),
-        click.option("--temperature", type=float, default=None, help="Score temperature (--score-scale temperature)."),
-        click.option("--query-length", type=int, default=None, help="Question tokens (default 32); passages use --seq-length."),
+        click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Score temperature (--score-scale temperature)."),
+        click.option("--query-length", type=click.IntRange(min=1), default=None,
+                     help="Question tokens (default 32); passages use --seq-length."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -77,7 +80,7 @@ def _evidence_options(f):
 @training_options
 @_biencoder_options
 @_evidence_options
-@click.option("--query-in-block-prob", type=float, default=None,
+@click.option("--query-in-block-prob", type=click.FloatRange(0, 1), default=None,
               help="Chance the pseudo-query stays in its block (default 0.1).")
 def ict(evidence, valid, query_in_block_prob, **kw):
     flags = _rcfg_flags(kw, query_in_block_prob=query_in_block_prob)
@@ -92,7 +95,7 @@ def ict(evidence, valid, query_in_block_prob, **kw):
 @training_options
 @_biencoder_options
 @_evidence_options
-@click.option("--query-in-block-prob", type=float, default=None,
+@click.option("--query-in-block-prob", type=click.FloatRange(0, 1), default=None,
               help="Chance the masked sentence stays in its block (default 0.1).")
 def mss(evidence, valid, query_in_block_prob, **kw):
     if not kw.get("checkpoint") and not kw.get("resume"):
@@ -115,7 +118,8 @@ def mss(evidence, valid, query_in_block_prob, **kw):
 @_biencoder_options
 @click.option("--data", default=None, type=click.Path(), help="DPR training JSON (default: the bundled sample).")
 @click.option("--valid", default=None, type=click.Path(), help="DPR dev JSON (default: last 10% of --data).")
-@click.option("--hard-negatives", type=int, default=None, help="Hard negatives per question (default 1).")
+@click.option("--hard-negatives", type=click.IntRange(min=0), default=None,
+              help="Hard negatives per question (default 1).")
 def dpr(data, valid, hard_negatives, **kw):
     flags = _rcfg_flags(kw, hard_negatives=hard_negatives)
     _run("dpr", kw, data, valid, flags)
@@ -136,16 +140,19 @@ def dpr(data, valid, hard_negatives, **kw):
 @click.option("--reader", default=None, help="Reader checkpoint (BERT: extractive, T5: FiD, GPT: causal); default per --method.")
 @click.option("--method", type=click.Choice(["individual", "emdr2", "pipeline"]), default="individual",
               show_default=True)
-@click.option("--top-k", "top_k", type=int, default=4, show_default=True, help="Passages retrieved per question.")
+@click.option("--top-k", "top_k", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Passages retrieved per question.")
 @click.option("--evidence", default=None, type=click.Path(), help="Evidence TSV (id<TAB>text<TAB>title).")
 @click.option("--questions", default=None, type=click.Path(),
               help="Questions: question<TAB>[\"answer\", ...] or jsonl (records with split=train train; default "
                    "split: every 4th held out).")
-@click.option("--refresh-every", type=int, default=8, show_default=True, help="Re-embed the evidence every N steps (0: never).")
-@click.option("--indexer-ranks", type=int, default=0, show_default=True,
+@click.option("--refresh-every", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Re-embed the evidence every N steps (0: never).")
+@click.option("--indexer-ranks", type=click.IntRange(min=0), default=0, show_default=True,
               help="Ranks (of --nproc) that only re-embed the evidence, asynchronously.")
-@click.option("--reader-length", type=int, default=192, show_default=True, help="Reader tokens per passage.")
-@click.option("--eval-questions", type=int, default=100, show_default=True,
+@click.option("--reader-length", type=click.IntRange(min=1), default=192, show_default=True,
+              help="Reader tokens per passage.")
+@click.option("--eval-questions", type=click.IntRange(min=0), default=100, show_default=True,
               help="Held-out questions evaluated before and after training (evenly spread; 0: all).")
 def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every, indexer_ranks, reader_length,
            eval_questions, **kw):

@@ -12,8 +12,9 @@ import click
 @click.option("--field", default="text", show_default=True, help="The field holding the text.")
 @click.option("--label", default=None, help="hf: the label whose probability is the toxicity.")
 @click.option("--allow-online", is_flag=True, help="perspective: agree to send the texts to Google.")
-@click.option("--qps", type=float, default=1.0, show_default=True, help="perspective: requests per second.")
-@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--qps", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="perspective: requests per second.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--out", type=click.Path(), default=None, help="Output jsonl (default: PATH with .scored).")
 def score(path, scorer, field, label, allow_online, qps, batch_size, out):
     import os

@@ -10,6 +10,9 @@ own id, or :func:`item_id` of the input), the prediction, the gold, and each per
   - ``{"tp", "fp", "fn"}``: F1 = 2tp / (2tp + fp + fn) of the summed counts; a metric whose name ends in
     ``precision`` or ``recall`` gives tp / (tp + fp) or tp / (tp + fn) instead (0 when the denominator is 0,
     as seqeval and sklearn report);
+  - ``{"tp", "fp", "fn", "tn"}`` (a binary classifier's confusion counts, class 1 positive): macro-F1, the mean
+    of class 1's F1 2tp / (2tp + fp + fn) and class 0's 2tn / (2tn + fn + fp), each 0 when its denominator is 0
+    (scikit-learn's ``f1_score(average="macro", labels=[0, 1], zero_division=0)``);
   - ``{"nll", "tokens"}`` (summed token negative log-likelihood, scored token count): perplexity
     exp(Σnll / Σtokens) for a metric named ``ppl``/``*_ppl``/``perplexity``, the mean NLL per token for one
     named ``loss``/``nll``/``*_loss``/``*_nll``.
@@ -36,6 +39,7 @@ FILENAME = "predictions.jsonl"
 
 # parts-dict keys → the order of the columns in MetricParts.parts
 _F1_KEYS = ("tp", "fp", "fn")
+_MACRO_KEYS = ("tp", "fp", "fn", "tn")
 _NLL_KEYS = ("nll", "tokens")
 
 
@@ -134,7 +138,7 @@ def read_predictions(path_or_run_dir: str) -> list[dict]:
 
 def corpus_kind(metric: str, keys: Iterable[str]) -> str:
     """How a parts dict with ``keys`` aggregates under the name ``metric``: "f1", "precision", "recall",
-    "ppl" or "nll". A name that does not say which (an NLL dict under ``accuracy``) is a DataError."""
+    "macro_f1", "ppl" or "nll". A name that does not say which (an NLL dict under ``accuracy``) is a DataError."""
     keys = set(keys)
     name = metric.lower()
     if keys == set(_F1_KEYS):
@@ -143,6 +147,8 @@ def corpus_kind(metric: str, keys: Iterable[str]) -> str:
         if name.endswith("recall"):
             return "recall"
         return "f1"
+    if keys == set(_MACRO_KEYS):
+        return "macro_f1"
     if keys == set(_NLL_KEYS):
         if name in ("ppl", "perplexity") or name.endswith(("_ppl", "_perplexity")):
             return "ppl"
@@ -150,8 +156,8 @@ def corpus_kind(metric: str, keys: Iterable[str]) -> str:
             return "nll"
         raise DataError(f"metric {metric!r}: {{nll, tokens}} parts need a name saying what they aggregate to "
                         f"(ppl / *_ppl for perplexity, loss / nll / *_loss / *_nll for mean NLL per token)")
-    raise DataError(f"metric {metric!r}: a parts dict must have exactly the keys tp, fp, fn or nll, tokens "
-                    f"(got {', '.join(sorted(keys)) or 'none'})")
+    raise DataError(f"metric {metric!r}: a parts dict must have exactly the keys tp, fp, fn (tp, fp, fn, tn for "
+                    f"macro-F1) or nll, tokens (got {', '.join(sorted(keys)) or 'none'})")
 
 
 def combine(kind: str, sums) -> np.ndarray:
@@ -164,6 +170,10 @@ def combine(kind: str, sums) -> np.ndarray:
         tp, fp, fn = s[..., 0], s[..., 1], s[..., 2]
         num, den = {"f1": (2 * tp, 2 * tp + fp + fn), "precision": (tp, tp + fp), "recall": (tp, tp + fn)}[kind]
         return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+    if kind == "macro_f1":
+        tp, fp, fn, tn = s[..., 0], s[..., 1], s[..., 2], s[..., 3]
+        f1 = [np.divide(2 * t, 2 * t + fp + fn, out=np.zeros_like(t), where=2 * t + fp + fn > 0) for t in (tp, tn)]
+        return (f1[0] + f1[1]) / 2
     if kind in ("ppl", "nll"):
         mean_nll = s[..., 0] / s[..., 1]
         return np.exp(mean_nll) if kind == "ppl" else mean_nll
@@ -176,7 +186,7 @@ class MetricParts:
     subset or resample is ``combine(kind, parts[rows].sum(0))``. A number ``v`` is stored as the row
     ``(v, 1)`` so a mean is a ratio of sums like every other kind."""
     metric: str
-    kind: str  # "mean" | "f1" | "precision" | "recall" | "ppl" | "nll"
+    kind: str  # "mean" | "f1" | "precision" | "recall" | "macro_f1" | "ppl" | "nll"
     ids: tuple
     parts: np.ndarray  # (items, k), float64
 
@@ -213,7 +223,7 @@ def metric_parts(records: Sequence[dict], metric: str) -> MetricParts:
         v = r[metric]
         if isinstance(v, dict):
             k = corpus_kind(metric, v)
-            order = _F1_KEYS if k in ("f1", "precision", "recall") else _NLL_KEYS
+            order = {"macro_f1": _MACRO_KEYS, "ppl": _NLL_KEYS, "nll": _NLL_KEYS}.get(k, _F1_KEYS)
             row = [_number(v[name], f"{metric}.{name}", rid) for name in order]
             if min(row) < 0:
                 raise DataError(f"item {rid!r}: metric {metric!r} has a negative part {v}")

@@ -31,19 +31,22 @@ def load_records(path: str, split: str = "train", name: Optional[str] = None) ->
         ext = next((e for e in _FORMATS if local.lower().endswith(e)), None)
         if ext is None:
             raise DataError(f"{path}: unsupported data format (use {', '.join(sorted(_FORMATS))})")
+        if ext in (".jsonl", ".json"):  # read as written: datasets would fill absent keys and cast types
+            return _read_json_rows(local)
         try:
             import datasets
-        except ImportError:  # an install without `datasets` can still read the official jsonl files
-            if ext == ".jsonl":
-                return _read_jsonl(local)
+        except ImportError:
             raise DataError(f"reading {path} needs the `datasets` package: pip install datasets") from None
         datasets.disable_progress_bars()  # a bar per small local file is noise on the console
         kw = {"delimiter": "\t"} if ext == ".tsv" else {}
         try:
             ds = datasets.load_dataset(_FORMATS[ext], data_files=local, split="train", cache_dir=_cache_dir(), **kw)
-        except Exception as e:  # malformed rows: name the file
-            raise DataError(f"could not read {path} as {_FORMATS[ext]}: {e}") from e
-        return [dict(r) for r in ds]
+        except Exception as e:  # malformed rows: name the file, in one line
+            raise DataError(f"could not read {path} as {_FORMATS[ext]}: {' '.join(str(e).split())[:300]}") from e
+        rows = [dict(r) for r in ds]
+        if not rows:
+            raise DataError(f"{path}: empty file (no rows)")
+        return rows
     looks_local = path.startswith((".", "/", "~")) or any(path.lower().endswith(e) for e in _FORMATS)
     if looks_local:
         raise DataError(f"data file not found: {path}")
@@ -60,18 +63,43 @@ def load_records(path: str, split: str = "train", name: Optional[str] = None) ->
     return [dict(r) for r in ds]
 
 
-def _read_jsonl(path: str) -> list[dict]:
+def _read_json_rows(path: str) -> list[dict]:
+    """The rows of a JSON Lines file, or of a ``.json`` file holding a list of objects (or JSON Lines, which
+    ``datasets`` also accepts there): every row a JSON object, at least one, each error one line."""
     import json
 
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise DataError(f"{path}: line {line}: not UTF-8 text (byte {raw[e.start:e.start + 1]!r} at offset "
+                        f"{e.start})") from None
+    if path.lower().endswith(".json") and text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
+        rows = list(enumerate(data, 1))
+        unit = "item"
+    else:
+        rows, unit = [], "line"
+        for n, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    rows.append((n, json.loads(line)))
                 except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{n}: not valid JSON ({e})") from None
-    return rows
+                    raise DataError(f"{path}: line {n}: not valid JSON ({e.msg}, column {e.colno})") from None
+    for n, row in rows:
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: {unit} {n}: expected a JSON object, got {type(row).__name__}")
+    if not rows:
+        raise DataError(f"{path}: empty file (no rows)")
+    return [row for _, row in rows]
+
+
+_read_jsonl = _read_json_rows  # the name tests of the no-`datasets` path use
 
 
 def read_text(path: str) -> str:

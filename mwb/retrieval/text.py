@@ -22,6 +22,7 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -44,8 +45,42 @@ def open_text(path: str):
     if not os.path.isfile(path):
         raise DataError(f"file not found: {path}")
     if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        raw = io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="surrogateescape", newline="")
+    else:
+        raw = open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    return _Utf8Lines(raw, path)
+
+
+_BAD_BYTE = re.compile("[\udc80-\udcff]")
+
+
+class _Utf8Lines:
+    """A text handle whose lines (or whole text) must be UTF-8: an invalid byte is a DataError naming its line,
+    not a UnicodeDecodeError from somewhere in a read-ahead block."""
+
+    def __init__(self, f, path: str) -> None:
+        self.f, self.path, self.line = f, path, 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.f.close()
+
+    def _check(self, text: str, first_line: int) -> str:
+        bad = _BAD_BYTE.search(text)
+        if bad:
+            line = first_line + text.count("\n", 0, bad.start())
+            raise DataError(f"{self.path}: line {line}: not UTF-8 text (an invalid byte); save the file as UTF-8")
+        return text
+
+    def __iter__(self):
+        for line in self.f:
+            self.line += 1
+            yield self._check(line, self.line)
+
+    def read(self) -> str:
+        return self._check(self.f.read(), self.line + 1)
 
 
 def _raise_field_limit() -> None:
@@ -118,17 +153,24 @@ def read_questions(path: str) -> list[dict]:
             records = json.loads(text) if name.endswith(".json") else \
                 [json.loads(line) for line in text.split("\n") if line.strip()]  # not splitlines(): U+2028 in text
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}: not valid JSON ({e})") from None
+            raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
         if isinstance(records, dict):
             records = records.get("data") or [records]
+        if not isinstance(records, list):
+            raise DataError(f"{path}: expected question records, got a JSON {type(records).__name__}")
         for i, r in enumerate(records):
-            if "question" not in r:
-                raise DataError(f"{path}: record {i + 1} has no 'question' field")
+            where = f"{path}: record {i + 1}"
+            if not isinstance(r, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(r).__name__}")
+            if not isinstance(r.get("question"), str) or not r["question"].strip():
+                raise DataError(f"{where}: field 'question' must be a non-empty string, got {r.get('question')!r}")
             ans = r.get("answers", r.get("answer"))
             if ans is None:
-                raise DataError(f"{path}: record {i + 1} has no 'answers' (or 'answer') field")
+                raise DataError(f"{where} has no 'answers' (or 'answer') field")
+            if not isinstance(ans, str) and not (isinstance(ans, list) and all(isinstance(a, str) for a in ans)):
+                raise DataError(f"{where}: field 'answers' must be a list of strings, got {ans!r}"[:200])
             extra = {k: v for k, v in r.items() if k not in ("question", "answers", "answer")}  # e.g. names_title
-            out.append({**extra, "question": str(r["question"]), "answers": _answers(ans, f"{path}: record {i + 1}")})
+            out.append({**extra, "question": r["question"], "answers": _answers(ans, where)})
     else:
         with open_text(p) as f:
             body = f.read()
@@ -144,6 +186,9 @@ def read_questions(path: str) -> list[dict]:
             out.append({"question": row[0], "answers": _answers(row[1], f"{path}:{n + 1}")})
     if not out:
         raise DataError(f"{path}: no questions found")
+    for n, q in enumerate(out, 1):
+        if not q["answers"] or not all(a.strip() for a in q["answers"]):
+            raise DataError(f"{path}: question {n} ({q['question'][:40]!r}): an empty answer list or answer")
     return out
 
 

@@ -30,13 +30,13 @@ BLOCK_KINDS = ("ict", "mss")  # pseudo-queries made from evidence blocks (ICT: a
 DEFAULTS = {
     "ict": {"train": {"steps": 150, "micro_batch_size": 32, "global_batch_size": 32, "seq_length": 128,
                       "eval_interval": 50, "eval_steps": 2},
-            "optim": {"lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 10}},
+            "optim": {"lr": 1e-4, "min_lr": 0.0, "warmup_steps": 10}},
     "mss": {"train": {"steps": 100, "micro_batch_size": 32, "global_batch_size": 32, "seq_length": 128,
                       "eval_interval": 50, "eval_steps": 2},
-            "optim": {"lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 10}},
+            "optim": {"lr": 1e-4, "min_lr": 0.0, "warmup_steps": 10}},
     "dpr": {"train": {"steps": 50, "micro_batch_size": 16, "global_batch_size": 16, "seq_length": 128,
                       "eval_interval": 25, "eval_steps": 2},
-            "optim": {"lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 10}},
+            "optim": {"lr": 1e-4, "min_lr": 0.0, "warmup_steps": 10}},
 }
 PRETRAINED_LR = 2e-5  # DPR's learning rate when starting from a pretrained encoder
 # From random weights, [CLS] vectors are nearly input-independent and unscaled scores (norm² ≈ h) saturate the
@@ -68,7 +68,9 @@ def base_config(kind: str, checkpoint: Optional[str]) -> tuple[RunConfig, Option
     from .loading import open_source, with_model
 
     source = open_source(checkpoint)
-    cfg = update(with_model(cfg, source), {"optim": {"lr": PRETRAINED_LR, "min_lr": PRETRAINED_LR / 10}})
+    cfg = update(with_model(cfg, source), {"optim": {"lr": PRETRAINED_LR, "min_lr": 0.0}})
+    if source.own_settings:  # an earlier bi-encoder keeps its passage length unless --seq-length says otherwise
+        cfg = update(cfg, {"train": {"seq_length": source.rcfg.context_length}})
     return cfg, source
 
 
@@ -93,6 +95,9 @@ def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], v
     elif kind in BLOCK_KINDS:
         base = base.replace(score_scale="sqrt")  # Megatron's ICT recipe (--retriever-score-scaling)
     rcfg = base.replace(**{"context_length": cfg.train.seq_length, **rcfg_flags})
+    if source is not None and source.own_settings and rcfg.context_length != source.rcfg.context_length:
+        print(f"mwb: passages are cut at {rcfg.context_length} tokens (--seq-length), not at the "
+              f"{source.rcfg.context_length} the starting retriever was trained with", file=sys.stderr)
     if source is not None and cfg.model.vocab_size not in (None, source.vocab_size):
         raise ConfigError(f"model.vocab_size {cfg.model.vocab_size} differs from the checkpoint's {source.vocab_size}")
     tok_path = cfg.data.tokenizer or (source.tokenizer if source is not None else tokenizer_file())

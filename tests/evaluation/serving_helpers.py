@@ -10,11 +10,22 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from mwb.evaluation.engine import EngineConfig, ServingEngine
 from mwb.evaluation.server import Limits, make_server
 
 from .eval_helpers import LAMBADA
+
+@pytest.fixture(autouse=True)  # imported by the serving tests, which it then wraps
+def one_thread():
+    """One intra-op thread: these models are tiny, and on a shared 2-core machine two threads wait on each
+    other far longer than they compute (tens of times slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 ENDPOINTS = ("cmpl", "cmpl-stream", "chat", "chat-stream")
 

@@ -19,6 +19,7 @@ from mwb.evaluation.engine import EngineConfig, ServingEngine
 from mwb.evaluation.generation import SamplingParams, generate, prompt_rows
 from tests.helpers.checkpoints import tiny_checkpoint
 
+from .serving_helpers import one_thread  # noqa: F401  (autouse: one intra-op thread)
 from .test_eval_batched_generation import assert_same, rope_lm, sixteen_prompts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,16 +28,6 @@ SETTINGS = [SamplingParams(max_tokens=9, temperature=0, stop_at_eod=False),
             SamplingParams(max_tokens=7, temperature=1.2, top_p=0.8, seed=5, top_logprobs=2),
             SamplingParams(max_tokens=10, temperature=0, no_repeat_ngram_size=2, stop=("e",)),
             SamplingParams(max_tokens=0, temperature=0)]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: these models are tiny, and on a shared 2-core machine two threads wait on each
-    other far longer than they compute (tens of times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("which", ["learned", "rope"])

@@ -116,6 +116,18 @@ def test_entity_f1_parts_equal_sklearn_and_seqeval():
     assert abs(aggregate(recs, "entity_f1") - np.mean(per_item)) > 1e-3
 
 
+@pytest.mark.parametrize("gold, pred", [
+    (np.random.default_rng(5).integers(0, 2, 60), np.random.default_rng(6).integers(0, 2, 60)),
+    (np.array([0, 1, 1, 0, 1]), np.zeros(5, dtype=int)),  # a constant classifier: class 1's F1 is 0
+    (np.zeros(4, dtype=int), np.zeros(4, dtype=int)),  # class 1 absent and never predicted
+])
+def test_binary_macro_f1_from_confusion_cells_equals_sklearn(gold, pred):
+    recs = [{"id": str(i), "macro_f1": {"tp": int(p and g), "fp": int(p and not g), "fn": int(g and not p),
+                                        "tn": int(not p and not g)}} for i, (g, p) in enumerate(zip(gold, pred))]
+    want = f1_score(gold, pred, average="macro", labels=[0, 1], zero_division=0)
+    assert aggregate(recs, "macro_f1") == pytest.approx(want, abs=1e-12)
+
+
 def test_f1_with_nothing_to_find_is_zero():
     assert aggregate([{"id": "a", "f1": {"tp": 0, "fp": 0, "fn": 0}}], "f1") == 0.0
 

@@ -6,28 +6,18 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
 
 from mwb.evaluation.engine import EngineConfig
 from mwb.evaluation.lm import LanguageModel
 from tests.helpers.distributed import run_ranks
 
 from .eval_helpers import tiny_gpt
-from .serving_helpers import all_at_once, assert_same_answers, one_at_a_time, post, serve, sixteen_requests, wait_until
+from .serving_helpers import (all_at_once, assert_same_answers, one_at_a_time, one_thread, post, serve,  # noqa: F401
+                              sixteen_requests, wait_until)
 
 ROPE = dict(position_embedding="rope", normalization="rmsnorm", activation="swiglu", init_std=0.2)
 # 8 rows for 18 completions: rows join as others leave; 48-token prefill passes: long prompts are chunked
 CONFIG = EngineConfig(batch_rows=8, prefill_tokens=48, kv_tokens=4096)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: these models are tiny, and on a shared 2-core machine two threads wait on each
-    other far longer than they compute (tens of times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def rope_lm(tok, state=None) -> LanguageModel:

@@ -8,10 +8,8 @@ import gzip
 import json
 import os
 import shlex
-import time
 
 import pytest
-import torch
 
 from mwb.core.data import IndexedDataset
 from mwb.core.data.readers import iter_texts
@@ -25,6 +23,7 @@ from mwb.tasks.bio.ner import read_conll
 from tests.core.data.test_medline import XML
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs
+from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
 
 SEEDS = (0, 1)
 needs_medline = needs(data=["medline"])  # PubMed text, the silver NER set: `mwb data fetch medline`
@@ -32,19 +31,10 @@ needs_medline = needs(data=["medline"])  # PubMed text, the silver NER set: `mwb
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """The smoke run, one thread (on a shared machine 2 spinning threads per process cost 5×); the 2-minute
-    budget is for 2 cores of our own, so it is scaled by the load the run starts under."""
+    """The smoke run on one thread, and its CPU seconds (tests/helpers/repro_smoke.py)."""
     out = tmp_path_factory.mktemp("biomegatron") / "smoke"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    budget = 120 * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-    t0 = time.perf_counter()
-    try:
-        from mwb.cli.main import main
-        main(["repro", "biomegatron", "--scale", "smoke", "--seeds", str(len(SEEDS)), "--out", str(out)])
-    finally:
-        torch.set_num_threads(threads)
-    return out, time.perf_counter() - t0, budget
+    _, cpu = run_smoke("biomegatron", out, "--seeds", str(len(SEEDS)))
+    return out, cpu
 
 
 def _results(out):
@@ -57,8 +47,8 @@ def _cell(out, condition, seed):
 
 @needs_medline
 def test_smoke_writes_every_file(smoke):
-    out, seconds, budget = smoke
-    assert seconds < budget, (seconds, budget)
+    out, cpu = smoke
+    assert cpu < SMOKE_CPU_SECONDS, cpu  # 2 minutes of 2 cores
     for name in ("report.md", "results.json", "commands.sh", "env.json", "biomegatron.png"):
         assert (out / name).stat().st_size > 100, name
     for c in CONDITIONS:

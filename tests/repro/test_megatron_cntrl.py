@@ -9,7 +9,6 @@ import json
 import math
 import os
 import shlex
-import time
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from mwb.tasks.story.data import Story
 from mwb.tasks.story.metrics import repeat_n, story_distinct
 from mwb.tasks.story.task import StoryEval
 from tests.helpers.cli import run_cli
+from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
 
 STORIES = [
     Story("a", ("Ann baked a cake.", "The oven was hot.", "She added sugar.", "The cake rose.", "Ann ate it.")),
@@ -108,16 +108,14 @@ def test_eval_control_modes_name_their_metrics():
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cntrl") / "smoke"
-    t0 = time.perf_counter()
-    from mwb.cli.main import main
-    main(["repro", "megatron-cntrl", "--scale", "smoke", "--seeds", "2", "--out", str(out)])
-    return out, time.perf_counter() - t0
+    out = tmp_path_factory.mktemp("megatron-cntrl") / "smoke"
+    _, cpu = run_smoke("megatron-cntrl", out, "--seeds", "2")
+    return out, cpu
 
 
-def test_smoke_writes_every_file_in_under_two_minutes(smoke):
-    out, seconds = smoke
-    assert seconds < 120, seconds
+def test_smoke_writes_every_file_within_two_minutes_of_two_cores(smoke):
+    out, cpu = smoke
+    assert cpu < SMOKE_CPU_SECONDS, cpu  # CPU seconds (tests/helpers/repro_smoke.py)
     for name in ("report.md", "results.json", "commands.sh", "env.json", "megatron-cntrl.png"):
         assert (out / name).stat().st_size > 100, name
     for c in (KNOWLEDGE, CONTROL, NONE):

@@ -90,6 +90,10 @@ def parallel_dims(cfg: RunConfig, world_size: int) -> ParallelDims:
     if t.precision not in DTYPES:
         raise ConfigError(f"train.precision '{t.precision}' is not one of {' | '.join(DTYPES)}")
     check_lora(cfg.lora)
+    o = cfg.optim
+    if o.min_lr > o.lr:  # Megatron asserts max_lr >= min_lr: a schedule floor above the peak trains at min_lr
+        raise ConfigError(f"optim.min_lr {o.min_lr:g} is above optim.lr {o.lr:g}, so the schedule would train at "
+                          f"{o.min_lr:g}: pass --set optim.min_lr={o.lr:g} (or any value <= the lr)")
     if m.vocab_size is not None and m.vocab_size < 2:
         raise ValueError("model.vocab_size must be at least 2")
     return dims

@@ -18,8 +18,13 @@ from .scorers import Scorer
 def jsonl_lines(path: str):
     """``(line number, parsed value)`` for every non-blank line of a JSONL file; a line that is not JSON is
     a one-line :class:`DataError` naming it (the prompt readers keep the numbers as ids)."""
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}: line {n}: not UTF-8 text (byte {raw[e.start:e.start + 1]!r}); save the "
+                                f"file as UTF-8") from None
             if not line.strip():
                 continue
             try:

@@ -47,11 +47,11 @@ SCALES = {
                            "keyword_epochs": 1, "batch": 4, "micro_batch": 4, "seq_length": 128, "lr": 1e-4,
                            "test_stories": 3}),
     "cpu": Scale("cpu", "SmolLM2-135M fine-tuned on 16 train stories (64 next-sentence examples: 8 steps of 8 per "
-                 "GPT part), ranker 10 steps, 32 test stories (128 controlled sentences) per seed",
+                 "GPT part), ranker 8 steps, 16 test stories (64 controlled sentences) per seed",
                  budget="≈ 15 min on 2 quiet cores", seeds=3,
-                 params={"checkpoint": "smollm2-135m", "train_stories": 16, "dev_stories": 4, "ranker_steps": 10,
+                 params={"checkpoint": "smollm2-135m", "train_stories": 16, "dev_stories": 2, "ranker_steps": 8,
                          "generator_epochs": 1, "keyword_epochs": 1, "batch": 8, "micro_batch": 8,
-                         "seq_length": 160, "lr": 1e-4, "test_stories": 32}),
+                         "seq_length": 128, "lr": 1e-4, "test_stories": 16}),
     "gpu": Scale("gpu", "SmolLM2-135M in bf16 on 1,000 train stories (250 steps of 16 per GPT part), ranker 40 "
                  "steps, every test story (395)", budget="≤ 10 min on one H200", seeds=3,
                  params={"checkpoint": "smollm2-135m", "train_stories": 1000, "dev_stories": 32, "ranker_steps": 40,

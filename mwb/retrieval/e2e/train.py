@@ -30,6 +30,8 @@ from mwb.core.training.trainer import Trainer
 
 from .joint import JointSpec, QuestionSet
 from .refresh import AsyncRefresh, RefreshConfig, SyncRefresh
+from .export import export_parts
+from .resume import IndexCarrier, before_metrics, read_index
 
 
 def joint_trainer(cfg, rcfg, method: str, top_k: int, make_reader: Callable, train_questions: list[dict],
@@ -86,7 +88,7 @@ def say_rank0(rank: int):
 
 DEFAULTS = {"train": {"steps": 16, "micro_batch_size": 4, "global_batch_size": 4, "seq_length": 128,
                       "eval_interval": 0, "save_interval": 0},
-            "optim": {"lr": 2e-5, "min_lr": 2e-6, "warmup_steps": 3}}
+            "optim": {"lr": 2e-5, "min_lr": 0.0, "warmup_steps": 3}}
 DEFAULT_RETRIEVER = "minilm-l6"
 HELD_OUT_EVERY = 4  # question i is held out when i % 4 == 3: a fixed split, whatever the seed
 
@@ -246,29 +248,6 @@ def reader_factory(plan: E2EPlan, tok, seed: int):
     return make
 
 
-def export_parts(step_dir: str, cfg, plan: E2EPlan, rcfg) -> None:
-    """``step_dir/retriever`` (a bi-encoder checkpoint) and ``step_dir/reader`` (a reader checkpoint) from
-    the joint checkpoint, whatever layout wrote it (rank 0 only)."""
-    import tempfile
-
-    from mwb.core.checkpoint import write_model_checkpoint
-    from mwb.core.compose import full_state
-    from mwb.core.config import update
-
-    from ..loading import write_config_file
-
-    _, vocab, tensors, tok = full_state(step_dir)
-    parts = {p: {k[len(p) + 1:]: v for k, v in tensors.items() if k.startswith(p + ".")}
-             for p in ("retriever", "reader_model")}
-    with tempfile.TemporaryDirectory() as d:
-        write_model_checkpoint(os.path.join(step_dir, "retriever"), cfg, vocab, parts["retriever"],
-                               extra_files={"tokenizer": tok, "biencoder": write_config_file(rcfg, d)},
-                               overwrite=True)
-    reader_cfg = update(cfg, {"model": plan.reader_model})
-    write_model_checkpoint(os.path.join(step_dir, "reader"), reader_cfg, vocab, parts["reader_model"],
-                           extra_files={"tokenizer": tok}, overwrite=True)
-
-
 def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
     """One rank: an indexer (``--indexer-ranks``) or a trainer; rank 0 writes logs, checkpoints' parts and
     ``OUT/results.json``."""
@@ -328,16 +307,29 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
         f"every {refresh.every or 'never'} step(s)" + (f" on {refresh.indexer_ranks} indexer rank(s)"
                                                        if roles else " (synchronous)"))
     refresher = make_refresh(refresh, trainer, tok, evidence, roles)
-    trainer.spec.index = refresher.start(trainer.model.retriever, trainer.step)
-    before, before_records = heldout_eval(trainer, tok, evidence, held_q, index=trainer.spec.index)
+    carried = read_index(latest) if latest is not None else None
+    if carried is not None:  # the version the run was retrieving from when it saved (.resume)
+        trainer.spec.index = refresher.current = carried
+        say(f"mwb: index version {carried.version} (weights of step {carried.weights_step}) from {latest}")
+    else:
+        trainer.spec.index = refresher.start(trainer.model.retriever, trainer.step)
+    before, before_records = before_metrics(
+        out, latest is not None, lambda: heldout_eval(trainer, tok, evidence, held_q, index=trainer.spec.index),
+        trainer.state.rank)
     say("mwb: held-out before: " + ", ".join(f"{k} {v:.3f}" for k, v in before.items()))
     logger = open_run(out, cfg, trainer.state.rank, trainer.dims.world_size, start_step=trainer.step,
                       extra={"biencoder": plan.rcfg, "e2e": dataclasses.asdict(plan)})
     trainer.install_signal_handlers()
-    actions = StepActions(logger, ckpt_root, cfg.train, extra_files={"tokenizer": plan.tokenizer}, say=say,
-                          saved=latest)
+    extras = {"tokenizer": plan.tokenizer}
+    actions = StepActions(logger, ckpt_root, cfg.train, extra_files=extras, say=say, saved=latest)
+    carry = IndexCarrier(out, extras, trainer.state.rank)  # every checkpoint holds the index in use
+    carry(trainer.spec.index)
+
+    def after_step(tr, res, stop):
+        carry(tr.spec.index)
+        actions(tr, res, stop)
     t0 = time.time()
-    run_joint(trainer, refresher, actions, started=True)
+    run_joint(trainer, refresher, after_step, started=True)
     logger.close()
     seconds = time.time() - t0
     fresh = trainer.spec.index if trainer.spec.index.weights_step == trainer.step else None

@@ -50,10 +50,29 @@ TRAINABLE = ENCODER_OBJECTIVES + ("generative",)
 
 @dataclass(frozen=True)
 class Option:
-    """A task option (``mwb eval TASK --name value``): ``type`` is bool (a flag), int, float or str."""
+    """A task option (``mwb eval TASK --name value``): ``type`` is bool (a flag), int, float or str.
+
+    ``low``/``high`` bound a number (inclusive) and ``choices`` lists the allowed values: a value outside is a
+    usage error (exit 2) when the command line is parsed, before any model or data is loaded."""
     type: type
     default: Any = None
     help: str = ""
+    low: Optional[float] = None
+    high: Optional[float] = None
+    choices: Optional[tuple] = None
+
+    def check(self, name: str, value: Any) -> Any:
+        """``value`` when it is allowed (None, the unset default, always is), else a ConfigError naming ``--name``."""
+        if value is None:
+            return value
+        flag = "--" + name.replace("_", "-")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"option {flag} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            bound = (f"in [{self.low}, {self.high}]" if self.low is not None and self.high is not None else
+                     f">= {self.low}" if self.low is not None else f"<= {self.high}")
+            raise ConfigError(f"option {flag} must be {bound}, got {value!r}")
+        return value
 
 
 class Task:
@@ -67,8 +86,8 @@ class Task:
     eval_split: ClassVar[str] = "dev"
     options: ClassVar[dict[str, Option]] = {
         "split": Option(str, None, "Which split to evaluate (default: the task's dev split; e.g. test)."),
-        "batch_size": Option(int, 8, "Examples per forward pass."),
-        "seq_length": Option(int, None, "Input length (default: the checkpoint's)."),
+        "batch_size": Option(int, 8, low=1, help="Examples per forward pass."),
+        "seq_length": Option(int, None, low=1, help="Input length (default: the checkpoint's)."),
     }
     finetuning: ClassVar[Finetuning] = Finetuning()  # what `mwb finetune` reads (:mod:`.spec`)
 
@@ -77,7 +96,7 @@ class Task:
         if unknown:
             raise ConfigError(f"task '{self.name}' has no option(s) {', '.join(sorted(unknown))} "
                               f"(it takes: {', '.join(sorted(self.options)) or 'none'})")
-        self.opts = {k: opts.get(k, o.default) for k, o in self.options.items()}
+        self.opts = {k: o.check(k, opts[k]) if k in opts else o.default for k, o in self.options.items()}
         self.examples: list[dict] = []
 
     @classmethod
@@ -271,6 +290,7 @@ def parse_task_args(task_cls: type, args: Sequence[str]) -> dict:
             out[name] = opt.type(value)
         except ValueError:
             raise ConfigError(f"option --{key} expects {opt.type.__name__}, got {value!r}") from None
+        opt.check(name, out[name])
         i += 1
     return out
 

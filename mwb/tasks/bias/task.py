@@ -35,11 +35,13 @@ class BiasTask(Task):
     eval_split = "test"
     options = {
         "split": Option(str, None, "Split to classify (default test; SBIC: dev or test)."),
-        "shots": Option(int, 4, "Labelled examples in the prompt."),
+        "shots": Option(int, 4, low=0, help="Labelled examples in the prompt."),
         "seed": Option(int, 1, "Seed of the example selection."),
-        "selection": Option(str, "random", "How examples are chosen: random, balanced or nearest (MiniLM)."),
+        "selection": Option(str, "random", choices=("random", "balanced", "nearest"),
+                            help="How examples are chosen: random, balanced or nearest (MiniLM)."),
         "instruction": Option(str, None, "File holding the instruction text (default: a built-in wording)."),
-        "attribute": Option(str, "offensiveYN", "SBIC column to predict: offensiveYN, intentYN, sexYN, whoTarget."),
+        "attribute": Option(str, "offensiveYN", choices=("offensiveYN", "intentYN", "sexYN", "whoTarget"),
+                            help="SBIC column to predict: offensiveYN, intentYN, sexYN, whoTarget."),
     }
 
     @classmethod
@@ -99,11 +101,12 @@ class BiasTask(Task):
         return self.per_config[self.configs()[0]]
 
     def records(self, results: list[dict], examples: list[dict]) -> list[dict]:
-        """Per query and (shots, seed) prompt: ``accuracy`` and ``calibrated_accuracy`` 0/1, and
-        ``positive_rate`` / ``calibrated_positive_rate`` (the prediction, 0/1), with the ``config`` and the
-        ``category`` (whose records aggregate to ``accuracy_<category>``). Macro-F1 averages two classes' F1
-        over the whole set and has no per-item part. Id: a hash of the post, after ``k<shots>_s<seed>:``
-        when the task scores several prompts (the sweep)."""
+        """Per query and (shots, seed) prompt: ``accuracy`` and ``calibrated_accuracy`` 0/1,
+        ``positive_rate`` / ``calibrated_positive_rate`` (the prediction, 0/1), and ``macro_f1`` /
+        ``calibrated_macro_f1`` as the item's confusion cell ``{tp, fp, fn, tn}`` (one of them 1): macro-F1
+        averages two classes' F1 over the whole set, so a resample recomputes it from the summed cells; with
+        the ``config`` and the ``category`` (whose records aggregate to ``accuracy_<category>``). Id: a hash
+        of the post, after ``k<shots>_s<seed>:`` when the task scores several prompts (the sweep)."""
         qids = example_ids(examples, key=None)
         several = len(self.configs()) > 1
         out = []
@@ -115,8 +118,16 @@ class BiasTask(Task):
             out.append({"id": f"k{k}_s{seed}:{qid}" if several else qid, "prediction": plain, "gold": r["label"],
                         "config": [k, seed], "category": r["category"], "p": r["p"], "p_cf": r["p_cf"],
                         "accuracy": int(plain == r["label"]), "calibrated_accuracy": int(cal == r["label"]),
-                        "positive_rate": plain, "calibrated_positive_rate": cal})
+                        "positive_rate": plain, "calibrated_positive_rate": cal,
+                        "macro_f1": confusion_cell(plain, r["label"]),
+                        "calibrated_macro_f1": confusion_cell(cal, r["label"])})
         return out
+
+
+def confusion_cell(prediction: int, gold: int) -> dict:
+    """One item's cell of the binary confusion matrix (label 1 = offensive is the positive class)."""
+    return {"tp": int(prediction == 1 and gold == 1), "fp": int(prediction == 1 and gold == 0),
+            "fn": int(prediction == 0 and gold == 1), "tn": int(prediction == 0 and gold == 0)}
 
 
 def bias_metrics(results: list[dict]) -> dict:

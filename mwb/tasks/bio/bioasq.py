@@ -53,8 +53,8 @@ class BioASQ(Task):
     default_data = SAMPLE
     options = {**Task.options,
                "golden": Option(str, None, "BioASQ golden file (default: {split}_golden.json beside the data)."),
-               "n_best": Option(int, 20, "Spans kept per snippet before pooling."),
-               "max_answer_tokens": Option(int, 30, "Longest answer span in tokens.")}
+               "n_best": Option(int, 20, low=1, help="Spans kept per snippet before pooling."),
+               "max_answer_tokens": Option(int, 30, low=1, help="Longest answer span in tokens.")}
 
     def read(self, path: str, split: str) -> list[dict]:
         examples = read_snippets(split_file(path, split, (f"{split}.json",), "BioASQ (BioBERT layout)"))

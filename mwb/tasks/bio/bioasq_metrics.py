@@ -9,10 +9,11 @@ it equals one of its synonyms up to case and surrounding whitespace.
 """
 from __future__ import annotations
 
-import json
 from typing import Iterable, Sequence
 
 from mwb.core.errors import DataError
+
+from ..api.formats.checks import read_json, shown
 
 TOP = 5
 MAX_CHARS = 100
@@ -35,23 +36,22 @@ def pool_answers(candidates: Iterable[tuple[str, float]], top: int = TOP, max_ch
     return [t for t, _ in ranked[:top]]
 
 
-def synonyms(exact_answer) -> list[str]:
-    """BioASQ's ``exact_answer`` (a string, a list of synonyms, or a list of synonym lists) as one flat list."""
+def synonyms(exact_answer) -> list:
+    """BioASQ's ``exact_answer`` (a string, a list of synonyms, or a list of synonym lists) as one flat list
+    (anything else in it is kept as it is, for :func:`read_golden` to refuse)."""
     if isinstance(exact_answer, str):
         return [exact_answer]
-    out: list[str] = []
-    for a in exact_answer or []:
+    if not isinstance(exact_answer, list):
+        return [exact_answer]
+    out: list = []
+    for a in exact_answer:
         out.extend(synonyms(a))
     return out
 
 
 def read_golden(path: str) -> dict[str, list[str]]:
     """Question id → gold synonyms from a BioASQ golden file (``{"questions": [...]}`` or a bare list)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"BioASQ golden file {path}: {e}") from None
+    data = read_json(path)
     questions = data.get("questions") if isinstance(data, dict) else data
     if not isinstance(questions, list):
         raise DataError(f"{path}: expected {{\"questions\": [...]}} or a list of questions")
@@ -59,7 +59,11 @@ def read_golden(path: str) -> dict[str, list[str]]:
     for n, q in enumerate(questions):
         if not isinstance(q, dict) or "id" not in q or "exact_answer" not in q:
             raise DataError(f"{path}: question {n} lacks 'id' or 'exact_answer'")
-        out[q["id"]] = synonyms(q["exact_answer"])
+        gold = synonyms(q["exact_answer"]) if isinstance(q["exact_answer"], (str, list)) else None
+        if not isinstance(q["id"], str) or not gold or not all(isinstance(g, str) for g in gold):
+            raise DataError(f"{path}: question {n}: 'id' must be a string and 'exact_answer' a string or "
+                            f"(nested) list of strings, got {shown(q['id'])} / {shown(q['exact_answer'])}")
+        out[q["id"]] = gold
     return out
 
 

@@ -13,6 +13,7 @@ Metric: micro P/R/F1 over the five CPR classes only, ``false`` excluded — a ``
 from __future__ import annotations
 
 import csv
+import io
 import os
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from mwb.core.errors import DataError
 
 from ..api.base import Task, single_inputs
+from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file
 from ..api.records import example_ids
 from ..api.registry import register
@@ -36,8 +38,7 @@ def read_blue_tsv(path: str, labels=LABELS) -> list[dict]:
     if not os.path.isfile(path):
         raise DataError(f"{path} not found (BLUE layout: train.tsv, dev.tsv, test.tsv with header "
                         f"{'<TAB>'.join(HEADER)})")
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = list(csv.reader(io.StringIO(read_text(path), newline=""), delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows or [c.strip() for c in rows[0]] != HEADER:
         raise DataError(f"{path}: the first line must be the header {'<TAB>'.join(HEADER)}, got "
                         f"{'<TAB>'.join(rows[0]) if rows else 'an empty file'!r}")

@@ -24,6 +24,7 @@ from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 
 from ..api.base import Option, Task
+from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file as find_split
 from ..api.registry import register
 from ..api.spec import Finetuning, Start
@@ -43,21 +44,21 @@ def read_conll(path: str, allow_empty: bool = False) -> list[dict]:
     if not os.path.isfile(path):
         raise DataError(f"NER file {path} not found (BioBERT layout: train.tsv, devel.tsv, test.tsv)")
     out, words, tags = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip() or line.startswith("-DOCSTART-"):
-                if words:
-                    out.append({"id": f"{os.path.basename(path)}#{len(out)}", "words": words, "tags": tags})
-                words, tags = [], []
-                continue
-            parts = line.split("\t")
-            if len(parts) != 2 or not parts[0]:
-                raise DataError(f"{path}:{n}: expected 'token<TAB>label', got {line[:60]!r}")
-            if split_tag(parts[1])[0] not in ("B", "I", "O"):
-                raise DataError(f"{path}:{n}: label {parts[1]!r} is not O, B, I, B-TYPE or I-TYPE")
-            words.append(parts[0])
-            tags.append(parts[1])
+    for n, line in enumerate(read_text(path).split("\n"), 1):
+        line = line.rstrip("\r")
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            if words:
+                out.append({"id": f"{os.path.basename(path)}#{len(out)}", "words": words, "tags": tags})
+            words, tags = [], []
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[0]:
+            raise DataError(f"{path}:{n}: expected 'token<TAB>label', got {line[:60]!r}")
+        prefix, kind = split_tag(parts[1])
+        if not (parts[1] in ("O", "B", "I") or (prefix in ("B", "I") and kind and not kind.isspace())):
+            raise DataError(f"{path}:{n}: label {parts[1]!r} is not O, B, I, B-TYPE or I-TYPE")
+        words.append(parts[0])
+        tags.append(parts[1])
     if words:
         out.append({"id": f"{os.path.basename(path)}#{len(out)}", "words": words, "tags": tags})
     if not out and not allow_empty:

@@ -16,7 +16,6 @@ the line and the field instead. The result is ``{"messages": [{"role", "content"
 """
 from __future__ import annotations
 
-import json
 from typing import Iterator
 
 from mwb.core.errors import DataError
@@ -24,6 +23,7 @@ from mwb.evaluation.chat_format import message_text
 from mwb.evaluation.predictions import item_id
 from mwb.evaluation.records import load_records
 
+from ..api.formats.checks import jsonl_rows, read_json
 from ..api.formats.splits import split_file, with_extensions
 
 OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -46,20 +46,11 @@ def read_split(path: str, split: str) -> list[dict]:
 def rows(path: str) -> Iterator[tuple[str, object]]:
     """``(where, row)`` for each row of a chat file, ``where`` naming the file and its line (JSONL) or item."""
     if path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        yield f"{path}:{n}", json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+        for n, row in jsonl_rows(path, objects=False):
+            yield f"{path}:{n}", row
         return
     if path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        data = read_json(path)
         if not isinstance(data, list):
             raise DataError(f"{path}: a .json chat file holds a list of rows, not a {type(data).__name__}")
         for n, row in enumerate(data):

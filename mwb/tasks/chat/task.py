@@ -38,7 +38,7 @@ class Chat(Task):
     metric = "exact_match"
     default_data = SAMPLE
     options = {**Task.options,
-               "max_tokens": Option(int, 64, "Longest generated reply when scoring.")}
+               "max_tokens": Option(int, 64, low=1, help="Longest generated reply when scoring.")}
 
     def __init__(self, **opts) -> None:
         super().__init__(**opts)

@@ -37,7 +37,7 @@ from ..api.setup import Configure, Say, Setup, finetune_setup
 from ..api.spec import Start
 
 HELD_OUT_SPLIT = "949,50,1"
-PAPER_OPTIM = {"name": "adamw", "lr": 2e-5, "min_lr": 2e-5, "lr_schedule": "constant", "warmup_steps": 0,
+PAPER_OPTIM = {"name": "adamw", "lr": 2e-5, "min_lr": 0.0, "lr_schedule": "constant", "warmup_steps": 0,
                "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "clip_grad": 1.0}
 DETOX_START = Start("gpt", named="smollm2-135m")  # the paper adapts a pretrained LM; a tiny GPT without it
 DAPT_TRAIN = {"steps": 20, "micro_batch_size": 4, "global_batch_size": 8, "seq_length": 128, "eval_steps": 4,

@@ -31,6 +31,7 @@ from mwb.core.errors import DataError
 from mwb.evaluation.windows import batches, padded, rolling_windows
 
 from ..api.base import Option
+from ..api.formats.checks import utf8_line
 from ..api.registry import register
 from ..lm.common import LMTask
 from .dapt import HELD_OUT_SPLIT
@@ -47,12 +48,12 @@ def read_documents(path: str, split: str) -> list[dict]:
         raise DataError(f"documents not found: {path} (give a .jsonl or .jsonl.gz of {{\"text\": ...}} lines)")
     opener = gzip.open if path.endswith(".gz") else open
     docs = []
-    with opener(path, "rt", encoding="utf-8") as f:
+    with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(utf8_line(line, path, n))
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}: line {n} is not JSON ({e.msg})") from None
             if not isinstance(row, dict) or not isinstance(row.get("text"), str):
@@ -75,7 +76,8 @@ class HeldOutPerplexity(LMTask):
                    "per document")
     metric = "ppl"
     options = {**LMTask.options,
-               "split": Option(str, "valid", "Documents of the 949,50,1 split to score: train, valid, test, all.")}
+               "split": Option(str, "valid", choices=("train", "valid", "test", "all"),
+                               help="Documents of the 949,50,1 split to score: train, valid, test, all.")}
 
     def data_path(self, path: Optional[str]) -> str:
         return path or corpus_file()

@@ -22,18 +22,20 @@ import sys
 import time
 from typing import Callable, Optional
 
+from mwb.core.config import ConfigError
 from mwb.core.data.bundled import corpus_file
 from mwb.core.data.gpt import split_ranges
 from mwb.core.data.preprocess import preprocess
 from mwb.evaluation.results import write_results
-from mwb.evaluation.toxicity import Scorer, ScorerSpec
+from mwb.evaluation.toxicity import Scorer
 from mwb.evaluation.toxicity.annotate import score_rows, write_jsonl
 
 from ..api.evaluate import evaluate_checkpoint
 from ..api.setup import Configure, Say, starting_checkpoint
+from ..api.stages import Stages
 from .dapt import DETOX_START, HELD_OUT_SPLIT, dapt_setup, domain_adaptive_train, run_dapt
 from .selfgen import filter_least_toxic, self_generate
-from .toxicity import Toxicity
+from .toxicity import Toxicity, toxicity_scorer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +50,8 @@ class LoopConfig:
     self_samples: int = 256
     self_max_tokens: int = 64
     keep: float = 0.5
-    scorer: str = "profanity-check"
+    scorer: str = "profanity-check"  # profanity-check (offline), hf:DIR or perspective (needs allow_online)
+    allow_online: bool = False  # perspective: the explicit consent to send the prompts and samples to Google
     seed: int = 1234
     batch_size: int = 25
     baseline: bool = False
@@ -125,12 +128,13 @@ def finetune_detox(checkpoint: Optional[str], data: Optional[str], configure: Co
         say(f"mwb: no --data given: self-generating {selfgen.samples} samples, scoring them and keeping the "
             f"least toxic {selfgen.keep:.0%}")
         os.makedirs(out, exist_ok=True)
-        data = self_generated_set(setup.checkpoint, out, selfgen, Scorer(ScorerSpec())).prefix
+        data = self_generated_set(setup.checkpoint, out, selfgen, toxicity_scorer()).prefix
     return run_dapt(setup, data, out, nproc)
 
 
 def run_loop(cfg: LoopConfig, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
     times: dict[str, float] = {}
+    scorer = toxicity_scorer(cfg.scorer, cfg.allow_online)  # first: a refused scorer costs no model load
     os.makedirs(cfg.out, exist_ok=True)
 
     def step(name: str, fn):
@@ -141,33 +145,48 @@ def run_loop(cfg: LoopConfig, say: Callable[[str], None] = lambda m: print(m, fi
         say(f"mwb detox: {name} done in {times[name]:.1f} s")
         return value
 
+    stages = Stages(cfg.out)  # a rerun with the same --out skips what finished (markers written last)
+
+    def stage(name: str, fn):
+        done = stages.finished(name)
+        if done is not None:
+            say(f"mwb detox: {name}: finished earlier, skipped")
+            return done["value"]
+        return stages.finish(name, {"value": step(name, fn)})["value"]
+
     def evaluate(checkpoint: str, name: str) -> dict:
         task = Toxicity(prompts=cfg.prompts, samples=cfg.samples, max_tokens=cfg.max_tokens, seed=cfg.seed,
-                        scorer=cfg.scorer, batch_size=cfg.batch_size)
+                        scorer=cfg.scorer, allow_online=cfg.allow_online, batch_size=cfg.batch_size)
+        task.scorer = scorer  # the loop's one scorer (same options), not a second copy of its model and cache
         report = evaluate_checkpoint(task, checkpoint, limit=cfg.eval_prompts)
         write_jsonl(os.path.join(cfg.out, f"continuations.{name}.jsonl"), task.generations)
         return report["metrics"]
 
     if cfg.checkpoint is None:  # the one starting-point rule (smollm2-135m when installed, else an mwb GPT)
         cfg = dataclasses.replace(cfg, checkpoint=starting_checkpoint(DETOX_START, say))
-    scorer = Scorer(ScorerSpec(cfg.scorer))
-    before = step("evaluate the pretrained model", lambda: evaluate(cfg.checkpoint, "pretrained"))
-    sg = self_generated_set(cfg.checkpoint, cfg.out, SelfGen(cfg.self_samples, cfg.self_max_tokens, cfg.keep,
-                                                            cfg.seed, cfg.batch_size), scorer, step)
+    settings = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    if stages.finished("settings") not in (None, settings):
+        raise ConfigError(f"{cfg.out} holds a `mwb detox` run with other settings, whose finished steps would be "
+                          f"reused: pass another --out, or the same settings to continue it")
+    stages.finish("settings", settings)
+    before = stage("evaluate the pretrained model", lambda: evaluate(cfg.checkpoint, "pretrained"))
+    sg = SelfGenerated(**stage("self-generated set", lambda: dataclasses.asdict(self_generated_set(
+        cfg.checkpoint, cfg.out, SelfGen(cfg.self_samples, cfg.self_max_tokens, cfg.keep, cfg.seed, cfg.batch_size),
+        scorer, step))))
     scored, kept, prefix, tok_path = sg.scored, sg.kept, sg.prefix, sg.tokenizer
     overrides = cfg.train or {}
-    dapt = step("domain-adaptive training", lambda: domain_adaptive_train(
+    dapt = stage("domain-adaptive training", lambda: domain_adaptive_train(
         cfg.checkpoint, prefix, os.path.join(cfg.out, "dapt"), overrides, tokenizer=tok_path))
-    after = step("evaluate the adapted model", lambda: evaluate(os.path.join(cfg.out, "dapt"), "sgeat"))
+    after = stage("evaluate the adapted model", lambda: evaluate(os.path.join(cfg.out, "dapt"), "sgeat"))
     table = {"pretrained": {**before, "ppl": dapt["metrics"]["ppl_before"]},
              "sgeat": {**after, "ppl": dapt["metrics"]["ppl"]}}
     if cfg.baseline:
         from mwb.core.tokenizers import load_tokenizer
         plain = plain_like(kept, load_tokenizer(tok_path), cfg.seed)
         bprefix = prepare(plain, os.path.join(cfg.out, "plain.jsonl"), tok_path)
-        base = step("baseline training (plain corpus)", lambda: domain_adaptive_train(
+        base = stage("baseline training (plain corpus)", lambda: domain_adaptive_train(
             cfg.checkpoint, bprefix, os.path.join(cfg.out, "baseline"), overrides, tokenizer=tok_path))
-        plain_eval = step("evaluate the baseline", lambda: evaluate(os.path.join(cfg.out, "baseline"), "dapt_plain"))
+        plain_eval = stage("evaluate the baseline", lambda: evaluate(os.path.join(cfg.out, "baseline"), "dapt_plain"))
         table["dapt_plain"] = {**plain_eval, "ppl": base["metrics"]["ppl"]}
     metrics = {"emt_before": before["emt"], "emt": after["emt"],
                "toxicity_prob_before": before["toxicity_prob"], "toxicity_prob": after["toxicity_prob"],

@@ -19,6 +19,7 @@ from mwb.core.data.bundled import corpus_file
 from mwb.core.data.gpt import split_ranges
 from mwb.core.errors import DataError
 
+from ..api.formats.checks import utf8_line
 from .dapt import HELD_OUT_SPLIT
 
 
@@ -29,11 +30,11 @@ def training_documents(corpus: Optional[str] = None) -> list[str]:
     if not os.path.isfile(path):
         raise DataError(f"corpus not found: {path} (give a .jsonl or .jsonl.gz of {{\"text\": ...}} lines)")
     docs = []
-    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8", errors="surrogateescape") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    row = json.loads(line)
+                    row = json.loads(utf8_line(line, path, n))
                 except json.JSONDecodeError as e:
                     raise DataError(f"{path}: line {n} is not JSON ({e.msg})") from None
                 if not isinstance(row, dict) or not isinstance(row.get("text"), str):

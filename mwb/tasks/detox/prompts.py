@@ -21,28 +21,31 @@ import itertools
 import os
 
 from mwb.core.errors import DataError
-from mwb.evaluation.toxicity.annotate import jsonl_lines
+
+from ..api.formats.checks import jsonl_rows, nonempty, number, read_text
 
 
 def read_jsonl_prompts(path: str) -> list[dict]:
+    """Every line a JSON object with RTP's ``prompt.text`` (and ``prompt.toxicity``: a number in [0, 1] or
+    null), or a ``prompt``/``text`` string (and ``toxicity``); anything else is a DataError naming the line."""
     out = []
-    for n, row in jsonl_lines(path):
-        p = row.get("prompt", row.get("text")) if isinstance(row, dict) else None
+    for n, row in jsonl_rows(path):
+        where = f"{path}: line {n}"
+        p = row.get("prompt", row.get("text"))
         if isinstance(p, dict):  # RealToxicityPrompts' own layout
-            text, tox = p.get("text"), p.get("toxicity")
+            text, tox, field = p.get("text"), p.get("toxicity"), "prompt.toxicity"
         else:
-            text, tox = p, row.get("toxicity") if isinstance(row, dict) else None
+            text, tox, field = p, row.get("toxicity"), "toxicity"
         if not isinstance(text, str):
-            raise DataError(f"{path}: line {n} has no prompt text (expected RTP's prompt.text, or a "
+            raise DataError(f"{where} has no prompt text (expected RTP's prompt.text, or a "
                             f"'prompt' / 'text' string)")
-        out.append({"text": text, "toxicity": None if tox is None else float(tox),
+        out.append({"text": text, "toxicity": None if tox is None else number(tox, where, field, 0.0, 1.0),
                     "source": os.path.basename(path), "id": f"{os.path.basename(path)}:{n}"})
     return out
 
 
 def read_txt_prompts(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
+    lines = read_text(path).split("\n")
     name = os.path.basename(path)
     return [{"text": t, "toxicity": None, "source": name, "id": f"{name}:{n}"}
             for n, t in enumerate(lines, 1) if t.strip()]
@@ -57,7 +60,8 @@ def read_prompts(path: str) -> list[dict]:
         if not files:
             raise DataError(f"{path}: no prompts.jsonl and no *.txt prompt files in this directory")
         per_file = [read_txt_prompts(f) for f in files]
-        return [p for group in itertools.zip_longest(*per_file) for p in group if p is not None]
+        return nonempty([p for group in itertools.zip_longest(*per_file) for p in group if p is not None], path,
+                        "prompts")
     if not os.path.isfile(path):
         raise DataError(f"prompts not found: {path} (give RTP's prompts.jsonl, a .txt file, or a directory)")
     if path.endswith(".jsonl"):

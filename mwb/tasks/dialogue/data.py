@@ -24,13 +24,14 @@ reaches training.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from mwb.core.errors import DataError
+
+from ..api.formats.checks import nonempty, read_json, shown, text
 
 NO_KNOWLEDGE = "no_passages_used"
 WOW_FILES = {"train": "train.json", "seen": "test_random_split.json", "unseen": "test_topic_split.json",
@@ -53,11 +54,7 @@ class Turn:
 def _load_json(path: str, what: str):
     if not os.path.isfile(path):
         raise DataError(f"{what} file not found: {path}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e.msg}, line {e.lineno}); expected {what}") from None
+    return read_json(path)
 
 
 def chitchat_path() -> str:
@@ -77,16 +74,18 @@ def read_chitchat(path: Optional[str] = None) -> list[dict]:
         if not isinstance(groups, list):
             raise DataError(f"{path}: conversation {cid} has no 'messages' list")
         turns = []
-        for group in groups:
-            msgs = [m for m in group if isinstance(m, dict) and m.get("text")]
+        for g, group in enumerate(groups):
+            where = f"{path}: conversation {cid}: messages[{g}]"
+            if not isinstance(group, list) or not all(isinstance(m, dict) for m in group):
+                raise DataError(f"{where}: expected a list of message objects, got {shown(group)}")
+            msgs = [m for m in group if text(m, "text", where, default="")]
             if not msgs:
                 continue
-            if any("sender" not in m for m in msgs):
-                raise DataError(f"{path}: conversation {cid} has a message without 'sender'")
-            turns.append(Turn(speaker=str(msgs[0]["sender"]), text=" ".join(m["text"].strip() for m in msgs)))
+            senders = [text(m, "sender", where, empty=False) for m in msgs]
+            turns.append(Turn(speaker=senders[0], text=" ".join(m["text"].strip() for m in msgs)))
         if turns:
             out.append({"id": str(cid), "turns": turns})
-    return out
+    return nonempty(out, path, "conversations")
 
 
 def wow_file(path: str, split: str) -> str:
@@ -109,6 +108,8 @@ def _single_value(d, where: str) -> Optional[str]:
     if not isinstance(d, dict):
         raise DataError(f"{where}: expected an object {{key: text}}")
     values = list(d.values())
+    if not all(isinstance(v, str) for v in values):
+        raise DataError(f"{where}: expected an object {{key: text}} of strings, got {shown(d)}")
     return values[0] if len(values) == 1 and values[0] != NO_KNOWLEDGE else None
 
 
@@ -122,19 +123,21 @@ def read_wow(path: str) -> list[dict]:
         where = f"{path}: dialogue {n}"
         if not isinstance(sample, dict) or not isinstance(sample.get("dialog"), list):
             raise DataError(f"{where} has no 'dialog' list")
-        chosen = sample.get("chosen_topic")
+        chosen = text(sample, "chosen_topic", where, default=None)
         turns = []
-        for t in sample["dialog"]:
-            if "speaker" not in t or "text" not in t:
-                raise DataError(f"{where}: a turn needs 'speaker' and 'text'")
-            speaker = t["speaker"].split("_", 1)[-1]
+        for i, t in enumerate(sample["dialog"]):
+            at = f"{where}: dialog[{i}]"
+            if not isinstance(t, dict):
+                raise DataError(f"{at}: a turn is an object with 'speaker' and 'text', got {shown(t)}")
+            speaker = text(t, "speaker", at, empty=False).split("_", 1)[-1]
+            text(t, "text", at)
             knowledge = topic = None
             if "wizard" in speaker.lower():
                 knowledge = _single_value(t.get("checked_sentence"), where)
                 topic = _single_value(t.get("checked_passage"), where) or chosen
             turns.append(Turn(speaker=speaker, text=t["text"].strip(), knowledge=knowledge, topic=topic))
         out.append({"id": f"wow-{n}", "turns": turns, "topic": chosen})
-    return out
+    return nonempty(out, path, "dialogues")
 
 
 # --------------------------------------------------------------------------------------------- splits

@@ -20,8 +20,13 @@ The target is `` <response>`` (the loss covers the response and the closing end-
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 from typing import Optional, Sequence
+
+import numpy as np
+
+from mwb.core.errors import DataError
 
 from . import data as dd
 
@@ -49,10 +54,12 @@ def render_prompt(context: Sequence[dd.Turn], responder: str, references: Sequen
 
 
 def candidates(conversations: list[dict], context_turns: int, responder: Optional[str] = None,
-               eligible: Optional[set] = None) -> list[dict]:
+               eligible: Optional[set] = None, sample_seed: int = 0) -> list[dict]:
     """Every ``(context, response)`` of ``conversations`` whose responder is ``responder`` (WoW: the Wizard) or
     in ``eligible`` (chitchat: actors with enough conversations), as ``{"conversation", "turn", "context",
-    "response"}``, in a stable hashed order (so taking the first N samples many conversations)."""
+    "response"}``, in a stable hashed order (so taking the first N samples many conversations). Another
+    ``sample_seed`` is another hashed order (0: the default), so the first N are another sample: repeated runs
+    then replicate over conversations, not over the same items."""
     out = []
     for c in conversations:
         for i, (ctx, resp) in enumerate(dd.responses(c, context_turns), start=1):
@@ -61,7 +68,8 @@ def candidates(conversations: list[dict], context_turns: int, responder: Optiona
             if eligible is not None and resp.speaker not in eligible:
                 continue
             out.append({"conversation": c["id"], "turn": i, "context": ctx, "response": resp})
-    return sorted(out, key=lambda e: dd.bucket(f"{e['conversation']}:{e['turn']}", "examples"))
+    salt = "examples" if not sample_seed else f"examples-{sample_seed}"
+    return sorted(out, key=lambda e: dd.bucket(f"{e['conversation']}:{e['turn']}", salt))
 
 
 def retrieve(queries: list[str], evidence: Optional[str], retriever: str, k: int) -> list[list[str]]:
@@ -76,22 +84,55 @@ def retrieve(queries: list[str], evidence: Optional[str], retriever: str, k: int
     return [[system.evidence.texts[int(r)] for r in row] for row in rows]
 
 
+def draw_passages(keys: Sequence[str], evidence: Optional[str], k: int, seed: int,
+                  exclude: Sequence[Sequence[str]]) -> list[list[str]]:
+    """``k`` passage texts per key drawn uniformly at random from the evidence TSV (the pool :func:`retrieve`
+    searches), never one of that key's ``exclude`` texts (the passages retrieved for it): the control that
+    puts *a* passage in the prompt where the retrieved one would be. Each key's draw is its own numpy
+    Generator seeded by ``(seed, md5(key))``, so it depends on neither the order nor the number of examples."""
+    from mwb.retrieval.text import read_evidence
+    texts = read_evidence(evidence or _default_evidence()).texts
+    distinct = set(texts)
+    out = []
+    for key, skip in zip(keys, exclude):
+        banned = set(skip)
+        if len(distinct) - len(distinct & banned) < k:
+            raise DataError(f"{evidence}: {len(distinct)} distinct passages leave fewer than {k} to draw for "
+                            f"{key!r} once its retrieved ones are set aside")
+        rng = np.random.default_rng([seed, int(hashlib.md5(key.encode()).hexdigest()[:15], 16)])
+        picked: list[str] = []
+        while len(picked) < k:
+            t = texts[int(rng.integers(len(texts)))]
+            if t not in banned and t not in picked:
+                picked.append(t)
+        out.append(picked)
+    return out
+
+
+def _default_evidence() -> str:
+    from mwb.retrieval.text import BUNDLED_EVIDENCE
+    return BUNDLED_EVIDENCE
+
+
 def query_text(context: Sequence[dd.Turn], turns: int = 2) -> str:
     """The retrieval query: the last ``turns`` turns of the context."""
     return " ".join(t.text for t in context[-turns:])
 
 
 def build(items: list[dict], index: dict, references_k: int, knowledge: Optional[list[list[str]]],
-          top_k: int, gold_knowledge: bool) -> list[dict]:
+          top_k: int, gold_knowledge: bool, drawn: Optional[list[list[str]]] = None) -> list[dict]:
     """Examples from :func:`candidates` ``items``: prompt, target, actor, and ``knowledge_ref`` (the gold
-    knowledge when the data has it, else the top retrieved passage as shown) for KF1."""
+    knowledge when the data has it, else the top retrieved passage, clipped as the prompt clips it) for KF1.
+    ``drawn`` (:func:`draw_passages`) replaces the retrieved passages *in the prompt* only: ``knowledge_ref``
+    stays the retrieved one, so KF1 measures the same overlap in every condition."""
     out = []
     for n, it in enumerate(items):
         resp = it["response"]
         refs = dd.references(index, resp.speaker, it["conversation"], references_k, seed=f"{it['conversation']}:"
                              f"{it['turn']}") if references_k else []
         passages = knowledge[n] if knowledge is not None else []
-        shown = [resp.knowledge] if gold_knowledge and resp.knowledge else passages[:top_k]
+        shown = [resp.knowledge] if gold_knowledge and resp.knowledge else \
+            (drawn[n] if drawn is not None else passages)[:top_k]
         ref = resp.knowledge or (clip(passages[0]) if passages else None)
         out.append({"id": f"{it['conversation']}:{it['turn']}",
                     "prompt": render_prompt(it["context"], resp.speaker, refs, shown), "target": resp.text,

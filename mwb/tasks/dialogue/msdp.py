@@ -57,12 +57,12 @@ class MSDP(Task):
     default_data = SAMPLE
     eval_split = "seen"
     options = {"split": Option(str, "seen", "seen (test_random_split.json) or unseen (test_topic_split.json)."),
-               "knowledge_examples": Option(int, mp.KNOWLEDGE_EXAMPLES, "Stage-1 examples per prompt."),
-               "response_examples": Option(int, mp.RESPONSE_EXAMPLES, "Stage-2 examples (fixed)."),
-               "max_tokens": Option(int, 64, "Longest generation per stage."),
+               "knowledge_examples": Option(int, mp.KNOWLEDGE_EXAMPLES, low=0, help="Stage-1 examples per prompt."),
+               "response_examples": Option(int, mp.RESPONSE_EXAMPLES, low=0, help="Stage-2 examples (fixed)."),
+               "max_tokens": Option(int, 64, low=1, help="Longest generation per stage."),
                "encoder": Option(str, None, "Dense encoder for stage 1 (default: all-MiniLM-L6-v2)."),
                "seed": Option(int, 1234, "Shuffle seed of the stage-2 examples."),
-               "batch_size": Option(int, 4, "Prompts per generation batch.")}
+               "batch_size": Option(int, 4, low=1, help="Prompts per generation batch.")}
 
     @classmethod
     def default_checkpoint(cls, say=print) -> str:

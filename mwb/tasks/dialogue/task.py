@@ -36,9 +36,9 @@ def is_wow(path: str) -> bool:
         return True
     if not os.path.isfile(path):
         raise DataError(f"dialogue data not found: {path}")
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:  # bytes: a cut multi-byte character is not an error here
         head = f.read(4096).lstrip()
-    return head.startswith("[")
+    return head.startswith(b"[")
 
 
 @functools.lru_cache(maxsize=2)
@@ -57,22 +57,35 @@ class Dialogue(base.Task):
     options = {**base.Task.options,
                "actors": base.Option(bool, False, "Condition on reference utterances of the responding actor."),
                "knowledge": base.Option(bool, False, "Condition on passages retrieved for the context."),
-               "references": base.Option(int, 3, "Reference utterances per example with --actors (0: none)."),
-               "top_k": base.Option(int, 1, "Retrieved passages in the prompt with --knowledge (0: none)."),
-               "evidence": base.Option(str, None, "Knowledge TSV (id, text, title), 'wordnet' (WordNet glosses) or "
-                                                   "'bundled' (Wikipedia sample, the default)."),
-               "retriever": base.Option(str, "bm25", "Knowledge retriever: bm25 or dpr."),
+               "references": base.Option(int, 3, low=0,
+                                         help="Reference utterances per example with --actors (0: none)."),
+               "top_k": base.Option(int, 1, low=0, help="Retrieved passages in the prompt with --knowledge (0: none)."),
+               "evidence": base.Option(str, None, "Knowledge TSV (id, text, title), 'wordnet' (WordNet glosses), "
+                                                   "'wordnet+bundled' (both) or 'bundled' (Wikipedia sample, the "
+                                                   "default)."),
+               "retriever": base.Option(str, "bm25", choices=("bm25", "dpr"), help="Knowledge retriever: bm25 or dpr."),
                "gold_knowledge": base.Option(bool, False, "WoW: show the gold checked sentence (oracle)."),
-               "train_knowledge": base.Option(str, "context", "Training passages retrieved with the context, or "
-                                              "with the gold 'response' (posterior selection: the passage the "
-                                              "reply draws on, as WoW's checked sentence). Evaluation: context."),
-               "context_turns": base.Option(int, 3, "Turns of context before the response."),
-               "min_conversations": base.Option(int, 5, "chitchat: responders need this many conversations."),
-               "held_out_actors": base.Option(float, 0.1, "chitchat: share of actors held out of training."),
-               "train_examples": base.Option(int, 2000, "Training examples (0: all)."),
-               "eval_examples": base.Option(int, 200, "Examples of an evaluation split (0: all)."),
-               "ranker_candidates": base.Option(int, 5, "Actor-ID consistency among N actors (0: off)."),
-               "max_tokens": base.Option(int, 32, "Longest generated reply."),
+               "random_knowledge": base.Option(bool, False, "Show --top-k passages drawn at random from the same "
+                                               "evidence instead of the retrieved ones (never one retrieved for "
+                                               "the example); KF1 stays against the retrieved passage: the "
+                                               "control for grounding."),
+               "knowledge_seed": base.Option(int, 0, low=0, help="Seed of the --random-knowledge draw (per "
+                                                                   "example: this seed and the example's id)."),
+               "train_knowledge": base.Option(str, "context", choices=("context", "response"),
+                                              help="Training passages retrieved with the context, or "
+                                                   "with the gold 'response' (posterior selection: the passage the "
+                                                   "reply draws on, as WoW's checked sentence). Evaluation: context."),
+               "context_turns": base.Option(int, 3, low=1, help="Turns of context before the response."),
+               "min_conversations": base.Option(int, 5, low=1,
+                                                help="chitchat: responders need this many conversations."),
+               "held_out_actors": base.Option(float, 0.1, low=0.0, high=1.0,
+                                              help="chitchat: share of actors held out of training."),
+               "train_examples": base.Option(int, 2000, low=0, help="Training examples (0: all)."),
+               "eval_examples": base.Option(int, 200, low=0, help="Examples of an evaluation split (0: all)."),
+               "sample_seed": base.Option(int, 0, low=0, help="Which hashed sample --train-examples and "
+                                                                "--eval-examples take (0: the default order)."),
+               "ranker_candidates": base.Option(int, 5, low=0, help="Actor-ID consistency among N actors (0: off)."),
+               "max_tokens": base.Option(int, 32, low=1, help="Longest generated reply."),
                "first_line": base.Option(bool, True, "Keep the first line of each reply.")}
 
     def __init__(self, **opts) -> None:
@@ -107,7 +120,7 @@ class Dialogue(base.Task):
         o = self.opts
         convs, everything, which = self.conversations(path, split)
         self.index = dd.utterances_by_actor(everything)
-        items = ex.candidates(convs, o["context_turns"], **which)
+        items = ex.candidates(convs, o["context_turns"], **which, sample_seed=o["sample_seed"])
         limit = o["train_examples"] if split == self.train_split else o["eval_examples"]
         items = items[:limit] if limit else items
         if not items:
@@ -117,9 +130,16 @@ class Dialogue(base.Task):
             by_response = split == self.train_split and o["train_knowledge"] == "response"
             queries = [it["response"].text if by_response else ex.query_text(it["context"]) for it in items]
             knowledge = ex.retrieve(queries, knowledge_path(o["evidence"]), o["retriever"], max(o["top_k"], 1))
+        drawn = None
+        if o["knowledge"] and o["random_knowledge"]:
+            if knowledge is None:
+                raise ConfigError("--random-knowledge replaces retrieved passages; it does not apply with "
+                                  "--gold-knowledge")
+            keys = [f"{it['conversation']}:{it['turn']}" for it in items]
+            drawn = ex.draw_passages(keys, knowledge_path(o["evidence"]), o["top_k"], o["knowledge_seed"], knowledge)
         refs = o["references"] if o["actors"] else 0
         out = ex.build(items, self.index, refs, knowledge, o["top_k"] if o["knowledge"] else 0,
-                       o["gold_knowledge"])
+                       o["gold_knowledge"], drawn)
         self._read[(path, split)] = out
         return out
 
@@ -146,13 +166,15 @@ class Dialogue(base.Task):
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per response (id: ``conversation:turn``): unigram ``f1`` against the gold reply and, when the
-        examples have knowledge, ``kf1`` against it — the corpus numbers are their means. Actor-ID
+        examples have knowledge, ``kf1`` against it (the passage itself as ``knowledge``, so a record can be
+        rescored on its own) — the corpus numbers are their means. Actor-ID
         consistency is a share over the examples whose actor has a profile; it has no per-item part here."""
         know = [e.get("knowledge_ref") for e in examples]
         out = []
         for i, p, e in zip(example_ids(examples), preds, examples):
             rec = {"id": i, "prediction": p, "gold": e["target"], "actor": e.get("actor"), "f1": unigram_f1(p, e["target"])}
             if any(know):
+                rec["knowledge"] = e.get("knowledge_ref")
                 rec["kf1"] = knowledge_f1(p, e.get("knowledge_ref"))
             out.append(rec)
         return out

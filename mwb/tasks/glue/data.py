@@ -9,6 +9,7 @@ examples have ``label=None`` and predictions go to a submission TSV (``index<TAB
 from __future__ import annotations
 
 import csv
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from mwb.core.checkpoint.format import atomic_write_text
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 
+from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file as find_split
 
 
@@ -66,8 +68,11 @@ def split_file(path: str, name: str, split: str) -> str:
 
 def _rows(path: str) -> list[list[str]]:
     csv.field_size_limit(sys.maxsize)
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        return [row for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if row]
+    text = read_text(path)
+    if "\x00" in text:
+        raise DataError(f"{path}: line {text[:text.index(chr(0))].count(chr(10)) + 1}: a NUL byte (not a GLUE TSV)")
+    return [row for row in csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+            if row]
 
 
 def _label(lay: GlueLayout, value: str, where: str):
@@ -82,8 +87,9 @@ def _label(lay: GlueLayout, value: str, where: str):
     return lay.labels.index(value)
 
 
-def read_glue(path: str, name: str) -> list[dict]:
-    """Examples ``{"index", "text": [a] or [a, b], "label"}`` (label index, float for STS-B, None unlabelled)."""
+def read_glue(path: str, name: str, labelled: bool = False) -> list[dict]:
+    """Examples ``{"index", "text": [a] or [a, b], "label"}`` (label index, float for STS-B, None unlabelled).
+    ``labelled``: the file must have its label column (a training split), else it is a DataError."""
     lay = layout(name)
     rows = _rows(path)
     if not rows:
@@ -98,11 +104,17 @@ def read_glue(path: str, name: str) -> list[dict]:
                             f"needs {', '.join(lay.text)}; the header has {', '.join(header)})")
         cols = {c: header.index(c) for c in (*lay.text, lay.label, *INDEX_COLUMNS) if c in header}
         body, first = rows[1:], 2
+    if labelled and lay.label not in cols:
+        raise DataError(f"{path}: no label column '{lay.label}' in the header (GLUE {name} needs it to train or "
+                        f"score; the header has {', '.join(header)})")
+    if not body:
+        raise DataError(f"{path}: no examples (a header and no rows)")
     out = []
     for n, row in enumerate(body):
         where = f"{path}: line {n + first}"
-        if len(row) <= max(cols.values()):
-            raise DataError(f"{where}: {len(row)} columns, the header names {max(cols.values()) + 1} or more")
+        if len(row) <= max(cols.values()) or (first == 2 and len(row) != len(header)):  # a cell lost or added
+            raise DataError(f"{where}: {len(row)} columns, the header names "
+                            f"{len(header) if first == 2 else max(cols.values()) + 1}")
         label = _label(lay, row[cols[lay.label]], where) if lay.label in cols else None
         index = next((row[cols[c]] for c in INDEX_COLUMNS if c in cols), str(n))
         out.append({"index": index, "text": [row[cols[c]] for c in lay.text], "label": label})

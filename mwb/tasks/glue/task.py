@@ -40,7 +40,7 @@ class Glue(Task):
     objective = "classification"
     options = {
         **Task.options,
-        "task": Option(str, "mnli", f"Which GLUE task: {'|'.join(LAYOUTS)}."),
+        "task": Option(str, "mnli", choices=tuple(LAYOUTS), help=f"Which GLUE task: {'|'.join(LAYOUTS)}."),
         "submission": Option(str, None, "Unlabelled (test) split: write GLUE's submission TSV here "
                                         "(e.g. MNLI-m.tsv)."),
     }
@@ -54,7 +54,10 @@ class Glue(Task):
         self.metric = self.layout.metrics[0]
 
     def read(self, path: str, split: str) -> list[dict]:
-        return read_glue(split_file(path, self.opts["task"], split), self.opts["task"])
+        """Labels are required (a DataError without them) except in a test split (whose predictions go to
+        --submission, :meth:`load`) or where --submission is given; a training split always needs them."""
+        labelled = split == self.train_split or not (self.opts["submission"] or split.startswith("test"))
+        return read_glue(split_file(path, self.opts["task"], split), self.opts["task"], labelled=labelled)
 
     def load(self, path):
         examples = super().load(path)

@@ -17,8 +17,9 @@ from ..api.base import Option, Task
 class LMTask(Task):
     objective = "custom"
     options = {
-        "seq_length": Option(int, None, "Tokens of context per forward pass (default: the model's maximum)."),
-        "batch_size": Option(int, 8, "Sequences per forward pass."),
+        "seq_length": Option(int, None, low=1,
+                             help="Tokens of context per forward pass (default: the model's maximum)."),
+        "batch_size": Option(int, 8, low=1, help="Sequences per forward pass."),
     }
 
     def load_model(self, checkpoint: str, tokenizer: Optional[str] = None, device=None):

@@ -20,6 +20,7 @@ from mwb.evaluation.records import load_records
 from mwb.evaluation.windows import batches, padded
 
 from ..api.base import Option
+from ..api.formats.checks import text
 from ..api.records import example_ids
 from ..api.registry import register
 from .common import LMTask
@@ -35,9 +36,10 @@ class Lambada(LMTask):
                "strict": Option(bool, False, "Megatron's --strict-lambada: tokenise context and ' word' apart.")}
 
     def load(self, path: Optional[str]) -> list[dict]:
-        rows = load_records(self.data_path(path))
-        if rows and "text" not in rows[0]:
-            raise DataError(f"{self.data_path(path)}: LAMBADA rows need a 'text' field (official jsonl format)")
+        f = self.data_path(path)
+        rows = load_records(f)  # an empty file is a DataError there
+        for n, row in enumerate(rows, 1):  # the official jsonl: {"text": passage}, its last word the target
+            text(row, "text", f"{f}: row {n}", empty=False)
         return rows
 
     def split(self, text: str, lm) -> tuple[list[int], list[int]]:

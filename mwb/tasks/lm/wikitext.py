@@ -32,7 +32,7 @@ class WikiText(LMTask):
     description = "WikiText-103 perplexity (token and word-adjusted), sliding window, detokenised"
     default_data = os.path.join(DATA, "wiki_sample.tokens")
     options = {**LMTask.options,
-               "overlap": Option(int, 32, "Megatron's --overlapping-eval: new tokens scored per window; "
+               "overlap": Option(int, 32, low=1, help="Megatron's --overlapping-eval: new tokens scored per window; "
                                           "= seq_length for disjoint windows."),
                "detokenize": Option(bool, True, "Apply the WikiText detokenizer (by file name: wiki/ptb).")}
 

@@ -57,17 +57,18 @@ class QAReader(Task):
     finetuning = Finetuning(training=training)  # the readers' own featurising, spec and dev predictions
     options = {
         "split": Option(str, None, "train, dev (every fifth question) or all (default: dev)"),
-        "batch_size": Option(int, 8, "Questions per forward pass (evaluation)."),
-        "reader": Option(str, "extractive", "extractive (BERT spans), fid (T5 FiD) or causal (GPT/Llama)"),
+        "batch_size": Option(int, 8, low=1, help="Questions per forward pass (evaluation)."),
+        "reader": Option(str, "extractive", choices=("extractive", "fid", "causal"),
+                         help="extractive (BERT spans), fid (T5 FiD) or causal (GPT/Llama)"),
         "evidence": Option(str, None, "evidence TSV: id<TAB>text<TAB>title (default: bundled Wikipedia sample)"),
-        "top_k": Option(int, 5, "passages per question"),
-        "passages": Option(str, "bm25", "bm25 (retrieved) or random (a control)"),
-        "reader_length": Option(int, 192, "tokens per question + passage input"),
-        "answer_length": Option(int, 16, "FiD/causal: answer tokens; extractive: longest span (tokens)"),
-        "max_questions": Option(int, 500, "questions kept, evenly spread over the file (0: all)"),
+        "top_k": Option(int, 5, low=1, help="passages per question"),
+        "passages": Option(str, "bm25", choices=("bm25", "random"), help="bm25 (retrieved) or random (a control)"),
+        "reader_length": Option(int, 192, low=1, help="tokens per question + passage input"),
+        "answer_length": Option(int, 16, low=1, help="FiD/causal: answer tokens; extractive: longest span (tokens)"),
+        "max_questions": Option(int, 500, low=0, help="questions kept, evenly spread over the file (0: all)"),
         "answerable_only": Option(bool, False, "train only on questions whose passages hold a gold answer "
                                                "(DPR's reader training; dev and evaluation keep every question)"),
-        "mss_questions": Option(int, 0, "add N questions made from the evidence's salient spans to the "
+        "mss_questions": Option(int, 0, low=0, help="add N questions made from the evidence's salient spans to the "
                                         "training split (answers in their passages; no labels)"),
     }
 

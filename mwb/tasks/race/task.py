@@ -10,7 +10,6 @@ option stay whole. Metric: accuracy over middle, high and all questions.
 from __future__ import annotations
 
 import glob
-import json
 import os
 
 import numpy as np
@@ -20,6 +19,7 @@ from mwb.core.errors import DataError
 from mwb.evaluation.records import load_records
 
 from ..api.base import Task, pair_inputs
+from ..api.formats.checks import read_json, shown, text
 from ..api.formats.splits import find_file, with_extensions
 from ..api.records import example_ids
 from ..api.registry import register
@@ -35,11 +35,15 @@ def _check(example: dict, where: str) -> None:
     n = len(example["questions"])
     if len(example["options"]) != n or len(example["answers"]) != n:
         raise DataError(f"{where}: field 'options'/'answers' must have one entry per question ({n})")
-    for i, (opts, ans) in enumerate(zip(example["options"], example["answers"])):
-        if not isinstance(opts, list) or len(opts) != 4:
-            raise DataError(f"{where}: field 'options'[{i}] must list 4 options")
-        if ans not in LETTERS:
-            raise DataError(f"{where}: field 'answers'[{i}] must be one of A-D, got {ans!r}")
+    if n == 0:
+        raise DataError(f"{where}: field 'questions' is empty")
+    for i, (q, opts, ans) in enumerate(zip(example["questions"], example["options"], example["answers"])):
+        if not isinstance(q, str):
+            raise DataError(f"{where}: field 'questions'[{i}] must be a string, got {shown(q)}")
+        if not isinstance(opts, list) or len(opts) != 4 or not all(isinstance(o, str) for o in opts):
+            raise DataError(f"{where}: field 'options'[{i}] must list 4 option strings, got {shown(opts)}")
+        if not isinstance(ans, str) or len(ans) != 1 or ans not in LETTERS:  # "" or "AB" is not an answer
+            raise DataError(f"{where}: field 'answers'[{i}] must be one of A-D, got {shown(ans)}")
 
 
 def read_official(split_dir: str) -> list[dict]:
@@ -50,11 +54,7 @@ def read_official(split_dir: str) -> list[dict]:
         raise DataError(f"no RACE files under {split_dir}/{{middle,high}}/*.txt")
     for path in files:
         level = os.path.basename(os.path.dirname(path))
-        try:
-            with open(path, encoding="utf-8") as f:
-                ex = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        ex = read_json(path)
         if not isinstance(ex, dict):
             raise DataError(f"{path}: expected a JSON object with article/questions/options/answers")
         _check(ex, path)
@@ -72,8 +72,9 @@ def read_hf_rows(path: str) -> list[dict]:
         ex = {"article": row.get("article"), "questions": [row.get("question")], "options": [row.get("options")],
               "answers": [row.get("answer")]}
         _check(ex, where)
-        level = "high" if str(row.get("example_id", "")).startswith("high") else "middle"
-        out.append({"id": str(row.get("example_id", n)), "level": level, "article": ex["article"],
+        example_id = text(row, "example_id", where, default=str(n))
+        level = "high" if example_id.startswith("high") else "middle"
+        out.append({"id": example_id, "level": level, "article": ex["article"],
                     "question": ex["questions"][0], "options": list(ex["options"][0]),
                     "label": LETTERS.index(ex["answers"][0])})
     return out

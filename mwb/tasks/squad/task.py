@@ -28,11 +28,12 @@ class Squad(Task):
     metric = "f1"
     options = {
         **Task.options,
-        "version": Option(str, "1.1", "SQuAD version: 1.1 or 2.0 (unanswerable questions)."),
-        "doc_stride": Option(int, 128, "Tokens between the starts of a long context's windows."),
-        "max_query_tokens": Option(int, 64, "Question tokens kept."),
-        "n_best": Option(int, 20, "Start and end candidates per window."),
-        "max_answer_tokens": Option(int, 30, "Longest answer span, in tokens."),
+        "version": Option(str, "1.1", choices=("1.1", "2.0"),
+                          help="SQuAD version: 1.1 or 2.0 (unanswerable questions)."),
+        "doc_stride": Option(int, 128, low=1, help="Tokens between the starts of a long context's windows."),
+        "max_query_tokens": Option(int, 64, low=1, help="Question tokens kept."),
+        "n_best": Option(int, 20, low=1, help="Start and end candidates per window."),
+        "max_answer_tokens": Option(int, 30, low=1, help="Longest answer span, in tokens."),
         "null_threshold": Option(float, 0.0, "v2.0: answer nothing when null score − best span score exceeds it."),
     }
 

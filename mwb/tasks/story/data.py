@@ -72,6 +72,8 @@ def read_story_file(path: str) -> list[Story]:
     else:
         raise DataError(f"{path}: not a ROCStories CSV ({', '.join(ROC_COLUMNS)}) nor a Story Cloze file "
                         f"({', '.join(CLOZE_COLUMNS)}); its header is: {', '.join(header) or 'empty'}")
+    if not stories:
+        raise DataError(f"{path}: no stories (a header and no rows)")
     return stories
 
 

@@ -15,6 +15,7 @@ from mwb.core.errors import DataError
 from mwb.evaluation.records import load_records
 
 from ..api.base import Option, Task
+from ..api.formats.checks import strings, text
 from ..api.registry import register
 
 
@@ -29,7 +30,7 @@ class StoryGenerator(Task):
     objective = "generative"
     metric = "dev_loss"
     options = {**Task.options,
-               "max_tokens": Option(int, 40, "Longest generated sentence, in tokens."),
+               "max_tokens": Option(int, 40, low=1, help="Longest generated sentence, in tokens."),
                "first_line": Option(bool, True, "Keep only the first line of each generation."),
                "knowledge": Option(bool, True, "Condition on the ranked knowledge (--no-knowledge: the ablation).")}
 
@@ -42,6 +43,9 @@ class StoryGenerator(Task):
         for n, r in enumerate(rows):
             if not {"context", "target", "knowledge"} <= set(r):
                 raise DataError(f"{f}: row {n + 1} needs context, target and knowledge fields")
+            where = f"{f}: row {n + 1}"
+            text(r, "context", where), text(r, "target", where, empty=False)
+            strings(r["knowledge"], where, "knowledge")
         return rows
 
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:

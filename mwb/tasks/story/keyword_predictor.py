@@ -10,6 +10,7 @@ from __future__ import annotations
 from mwb.core.data.package_files import package_path
 
 from ..api.base import Option, Task
+from ..api.formats.checks import nonempty
 from ..api.records import example_ids
 from ..api.registry import register
 from .data import read_stories
@@ -35,10 +36,10 @@ class StoryKeywords(Task):
     objective = "generative"
     metric = "dev_loss"
     options = {**Task.options,
-               "max_tokens": Option(int, 12, "Longest generated keyword list, in tokens."),
+               "max_tokens": Option(int, 12, low=1, help="Longest generated keyword list, in tokens."),
                "first_line": Option(bool, True, "Keep only the first line of each generation."),
-               "stories": Option(int, 0, "Use only the first N stories of the training split (0: all)."),
-               "dev_stories": Option(int, 64, "Use only the first N stories of the dev split (0: all)."),
+               "stories": Option(int, 0, low=0, help="Use only the first N stories of the training split (0: all)."),
+               "dev_stories": Option(int, 64, low=0, help="Use only the first N stories of the dev split (0: all)."),
                "delexicalize": Option(bool, False, "Replace character names by [NAME1], [NAME2], …")}
 
     def data_path(self, path):
@@ -47,7 +48,8 @@ class StoryKeywords(Task):
     def read(self, path: str, split: str) -> list[dict]:
         stories = read_stories(path, split, delexicalize=self.opts["delexicalize"])
         limit = self.opts["stories"] if split == "train" else self.opts["dev_stories"] if split == "dev" else 0
-        return next_sentence_examples(stories[:limit] if limit else stories)
+        return nonempty(next_sentence_examples(stories[:limit] if limit else stories), path,
+                        f"next-sentence examples in split '{split}'")
 
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         return {"prompt": keyword_prompt(example["context"]), "target": " " + format_keywords(example["keywords"])}

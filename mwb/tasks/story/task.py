@@ -47,7 +47,7 @@ class StoryEval(Task):
     objective = "custom"
     eval_split = "test"
     options = {**Task.options,
-               "stories": Option(int, 100, "Evaluate the first N stories of the split (0: all)."),
+               "stories": Option(int, 100, low=0, help="Evaluate the first N stories of the split (0: all)."),
                "conceptnet": Option(str, None, "ConceptNet assertions CSV instead of the run's knowledge base."),
                "seed": Option(int, 1234, "Sampling seed of the generated sentences."),
                "control": Option(str, "both", "Stories to write: both (without and with the test's keywords), "

@@ -20,13 +20,15 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+from mwb.core.checkpoint import latest_dir
 from mwb.core.checkpoint.format import atomic_write_text
-from mwb.core.config import RunConfig
+from mwb.core.config import ConfigError, RunConfig
 from mwb.evaluation.results import write_results
 
 from ..api.finetune import finetune
 from ..api.setup import Configure, Say, finetune_setup
 from ..api.spec import GENERATIVE_START
+from ..api.stages import Stages
 from .data import read_stories
 from .keyword_predictor import next_sentence_examples
 from .knowledge import knowledge_base, knowledge_sentences
@@ -96,14 +98,63 @@ def train_ranker_part(scfg: StoryConfig, train: list[dict], dev: list[dict]) -> 
 
 
 def run_story(scfg: StoryConfig, cfg: RunConfig, nproc: Optional[int]) -> dict:
-    """Train every part into ``scfg.out``; returns the results written to ``OUT/results.json``."""
+    """Train every part into ``scfg.out``; returns the results written to ``OUT/results.json``. A rerun with the
+    same ``OUT`` skips the stages that finished (:class:`~..api.stages.Stages`: the ranked generator data, then
+    each GPT part) and resumes a part that was stopped half-way from its newest checkpoint."""
     os.makedirs(scfg.out, exist_ok=True)
+    stages = Stages(scfg.out)
+    settings = json.loads(json.dumps({"story": dataclasses.asdict(scfg), "run": dataclasses.asdict(cfg)}))
+    if stages.finished("settings") not in (None, settings):
+        raise ConfigError(f"{scfg.out} holds a `mwb finetune story` run with other settings, whose finished stages "
+                          f"would be reused: pass another --out, or the same settings to continue it")
+    stages.finish("settings", settings)
+    gen_dir = os.path.join(scfg.out, "data", "generator")
+    report = stages.finished("data")
+    if report is not None:
+        say(f"stage 'data' finished earlier (ranker, {gen_dir}): skipped")
+    else:
+        report = stages.finish("data", _data_stage(scfg, gen_dir))
+    common = {"checkpoint": os.path.abspath(scfg.checkpoint), "tokenizer": os.path.abspath(scfg.tokenizer)}
+    parts = {}
+    for name, task, data, opts, epochs in (
+            ("keywords", "story-keywords", scfg.data,
+             {"stories": scfg.train_stories, "dev_stories": scfg.dev_stories, "delexicalize": scfg.delexicalize},
+             scfg.keyword_epochs),
+            ("generator", "story-generator", gen_dir, {"knowledge": scfg.knowledge}, scfg.generator_epochs)):
+        if name == "keywords" and not scfg.knowledge:
+            continue  # without knowledge the keywords reach nothing: no keyword predictor
+        out = os.path.join(scfg.out, name)
+        metrics = (stages.finished(name) or {}).get("metrics")
+        if metrics is not None:
+            say(f"stage '{name}' finished earlier ({out}): skipped")
+        else:
+            resume = latest_dir(os.path.join(out, "checkpoints")) is not None
+            say(f"{'resuming' if resume else 'fine-tuning'} the {name} GPT ({task}) → {out}")
+            res = finetune(task, cfg, {**common, "task": task, "task_opts": opts, "data": os.path.abspath(data),
+                                       "out": out, "epochs": epochs, "resume": resume}, nproc)
+            metrics = stages.finish(name, {"metrics": res.get("metrics", {})})["metrics"]
+        parts[name] = os.path.abspath(out)
+        report.update({f"{name}_{k}": v for k, v in metrics.items() if isinstance(v, (int, float))})
+    manifest = {"keywords": parts.get("keywords"), "generator": parts["generator"],
+                "ranker": report["ranker_path"], "knowledge": scfg.knowledge, "top_n": scfg.top_n,
+                "candidates": scfg.candidates, "conceptnet": scfg.conceptnet, "data": scfg.data,
+                "delexicalize": scfg.delexicalize}
+    atomic_write_text(os.path.join(scfg.out, MANIFEST), json.dumps(manifest, indent=1) + "\n")
+    metrics = {k: v for k, v in report.items() if isinstance(v, float)}
+    write_results(scfg.out, "story", metrics, checkpoint=common["checkpoint"],
+                  config={"story": dataclasses.asdict(scfg), "run": dataclasses.asdict(cfg)},
+                  extra={"ranker_losses": report.get("ranker_losses"), "parts": manifest})
+    return {"metrics": metrics, "parts": manifest}
+
+
+def _data_stage(scfg: StoryConfig, gen_dir: str) -> dict:
+    """Knowledge candidates, the ranker (trained, saved) and the generator's data ranked by it; returns the
+    ranker's report."""
     kb = knowledge_base(scfg.conceptnet)
     train = _examples(scfg, "train", scfg.train_stories, kb)
     dev = _examples(scfg, "dev", scfg.dev_stories, kb)
     say(f"{len(train)} train / {len(dev)} dev next-sentence examples, "
         f"{sum(len(r['candidates']) for r in train) / max(len(train), 1):.1f} knowledge candidates each")
-    gen_dir = os.path.join(scfg.out, "data", "generator")
     report: dict = {"ranker_path": None}
     if scfg.knowledge:  # the ablation without knowledge needs no ranker
         ranker, report = train_ranker_part(scfg, train, dev)
@@ -117,31 +168,7 @@ def run_story(scfg: StoryConfig, cfg: RunConfig, nproc: Optional[int]) -> dict:
         for r in rows:
             r.setdefault("knowledge", [])
         _write_jsonl(rows, os.path.join(gen_dir, f"{split}.jsonl"))
-    common = {"checkpoint": os.path.abspath(scfg.checkpoint), "tokenizer": os.path.abspath(scfg.tokenizer)}
-    parts = {}
-    for name, task, data, opts, epochs in (
-            ("keywords", "story-keywords", scfg.data,
-             {"stories": scfg.train_stories, "dev_stories": scfg.dev_stories, "delexicalize": scfg.delexicalize},
-             scfg.keyword_epochs),
-            ("generator", "story-generator", gen_dir, {"knowledge": scfg.knowledge}, scfg.generator_epochs)):
-        if name == "keywords" and not scfg.knowledge:
-            continue  # without knowledge the keywords reach nothing: no keyword predictor
-        out = os.path.join(scfg.out, name)
-        say(f"fine-tuning the {name} GPT ({task}) → {out}")
-        res = finetune(task, cfg, {**common, "task": task, "task_opts": opts, "data": os.path.abspath(data),
-                                   "out": out, "epochs": epochs, "resume": False}, nproc)
-        parts[name] = os.path.abspath(out)
-        report.update({f"{name}_{k}": v for k, v in res.get("metrics", {}).items() if isinstance(v, (int, float))})
-    manifest = {"keywords": parts.get("keywords"), "generator": parts["generator"],
-                "ranker": report["ranker_path"], "knowledge": scfg.knowledge, "top_n": scfg.top_n,
-                "candidates": scfg.candidates, "conceptnet": scfg.conceptnet, "data": scfg.data,
-                "delexicalize": scfg.delexicalize}
-    atomic_write_text(os.path.join(scfg.out, MANIFEST), json.dumps(manifest, indent=1) + "\n")
-    metrics = {k: v for k, v in report.items() if isinstance(v, float)}
-    write_results(scfg.out, "story", metrics, checkpoint=common["checkpoint"],
-                  config={"story": dataclasses.asdict(scfg), "run": dataclasses.asdict(cfg)},
-                  extra={"ranker_losses": report.get("ranker_losses"), "parts": manifest})
-    return {"metrics": metrics, "parts": manifest}
+    return report
 
 
 def story_defaults(pre: RunConfig) -> dict:

@@ -10,6 +10,7 @@ Metrics: EM/F1 of greedy questions against the reference ones. The run is then t
 from __future__ import annotations
 
 from ..api.base import Option, Task
+from ..api.formats.checks import nonempty
 from ..api.registry import register
 from ..squad.data import read_squad, squad_file
 from .answers import sentence_of
@@ -22,7 +23,8 @@ class QuestionGeneration(Task):
     objective = "generative"
     options = {
         **Task.options,
-        "context": Option(str, "passage", "What the question is conditioned on: passage or sentence."),
+        "context": Option(str, "passage", choices=("passage", "sentence"),
+                          help="What the question is conditioned on: passage or sentence."),
     }
 
     def read(self, path: str, split: str) -> list[dict]:
@@ -36,7 +38,7 @@ class QuestionGeneration(Task):
             if self.opts["context"] == "sentence" and start >= 0:
                 context = sentence_of(context, start, start + len(answer))
             out.append({"id": e["id"], "context": context, "answer": answer, "question": e["question"]})
-        return out
+        return nonempty(out, path, f"answerable questions in split '{split}'")
 
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         return {"prompt": qg_prompt(example["context"], example["answer"], shots=0),

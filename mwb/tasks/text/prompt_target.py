@@ -28,7 +28,7 @@ class PromptTarget(Task):
     metric = "exact_match"
     default_data = SAMPLE
     options = {**Task.options,
-               "max_tokens": Option(int, 32, "Longest generation when scoring."),
+               "max_tokens": Option(int, 32, low=1, help="Longest generation when scoring."),
                "first_line": Option(bool, False, "Keep only the first line of each generation.")}
 
     def read(self, path: str, split: str) -> list[dict]:

@@ -44,12 +44,13 @@ class Summarize(Task):
     objective = "generative"
     metric = "rougeL"
     options = {**Task.options,
-               "max_tokens": Option(int, 64, "Longest generated summary, in tokens."),
-               "source_words": Option(int, 200, "Source words kept (its lead)."),
+               "max_tokens": Option(int, 64, low=1, help="Longest generated summary, in tokens."),
+               "source_words": Option(int, 200, low=1, help="Source words kept (its lead)."),
                "first_line": Option(bool, True, "Keep only the first line of each generation."),
-               "num_beams": Option(int, 1, "Beam search width (1: greedy)."),
-               "length_penalty": Option(float, 1.0, "Beam score = sum log p / length ** this."),
-               "no_repeat_ngram": Option(int, 0, "Never repeat an n-gram of this size in a summary (0: off).")}
+               "num_beams": Option(int, 1, low=1, help="Beam search width (1: greedy)."),
+               "length_penalty": Option(float, 1.0, low=0.0, help="Beam score = sum log p / length ** this."),
+               "no_repeat_ngram": Option(int, 0, low=0,
+                                         help="Never repeat an n-gram of this size in a summary (0: off).")}
     prompt_suffix = "\nSummary:"
 
     def read(self, path: str, split: str) -> list[dict]:

@@ -47,9 +47,9 @@ def test_squad_json_reads_paragraphs_and_names_what_is_wrong(tmp_path):
     assert paras[0]["qas"][0]["answers"] == [{"text": "France", "answer_start": 12}]
     assert paras[0]["qas"][1]["is_impossible"] is True and paras[0]["qas"][0]["is_impossible"] is False
     assert paras[1]["qas"][0]["answers"] == []
-    with pytest.raises(DataError, match="lacks 'id' or 'question'"):
+    with pytest.raises(DataError, match="qas\\[0\\]: field 'id' must be a string"):
         read_squad_json(_squad(tmp_path / "b.json", [{"context": "c", "qas": [{"question": "no id"}]}]))
-    with pytest.raises(DataError, match="lacks its 'context'"):
+    with pytest.raises(DataError, match="paragraphs\\[0\\]: field 'context' must be a string"):
         read_squad_json(_squad(tmp_path / "c.json", [{"qas": []}]))
     (tmp_path / "d.json").write_text(json.dumps({"version": "1.1"}))
     with pytest.raises(DataError, match="top-level 'data' list"):

@@ -1,6 +1,7 @@
 """Bias prompt records: plain and calibrated accuracy 0/1 average to the metrics, per category too; a sweep's
 records are told apart by their (shots, seed) prompt."""
 import numpy as np
+from sklearn.metrics import f1_score
 
 from mwb.evaluation.predictions import aggregate
 from mwb.tasks.bias.sweep import BiasSweep
@@ -25,8 +26,16 @@ def test_records_aggregate_to_accuracy_plain_and_calibrated():
     results = _results(task.configs(), len(ex))
     recs = task.records(results, ex)
     m = bias_metrics(results)
-    names = assert_aggregates(recs, m, at_least=4)
-    assert names == ["accuracy", "positive_rate", "calibrated_accuracy", "calibrated_positive_rate"]
+    names = assert_aggregates(recs, m, at_least=6)
+    assert names == ["accuracy", "macro_f1", "positive_rate", "calibrated_accuracy", "calibrated_macro_f1",
+                     "calibrated_positive_rate"]
+    for prefix in ("", "calibrated_"):  # macro-F1 from the summed confusion cells is scikit-learn's
+        cells = [r[f"{prefix}macro_f1"] for r in recs]
+        assert all(sorted(c.values()) == [0, 0, 0, 1] for c in cells)
+        gold = [r["gold"] for r in recs]
+        pred = [r["prediction"] if not prefix else int(r["calibrated_positive_rate"]) for r in recs]
+        assert aggregate(recs, f"{prefix}macro_f1") == f1_score(gold, pred, average="macro", labels=[0, 1],
+                                                                 zero_division=0)
     for cat in ("race", "gender"):
         part = [r for r in recs if r["category"] == cat]
         assert aggregate(part, "accuracy") == m[f"accuracy_{cat}"]

@@ -10,6 +10,7 @@ from mwb.core.tokenizers import load_tokenizer
 from mwb.tasks.bio.classification_metrics import micro_prf
 from mwb.tasks.bio.chemprot import LABELS, RELATIONS, ChemProt, read_blue_tsv
 from tests.tasks.encoder_helpers import TOKENIZER, tiny_bert_checkpoint
+from tests.helpers.cli import run_cli
 from tests.tasks.race.test_race import _mwb
 
 
@@ -61,6 +62,46 @@ def test_reader_markers_and_errors(tmp_path):
     assert task.read(str(tmp_path), "dev")[0]["sentence"] == '"quoted" @CHEM-GENE$ level'
 
 
+def _assert_scikit_learn_agrees(out: str, res: dict) -> None:
+    """The run's precision / recall / micro F1 (CPR classes) and accuracy, recomputed with scikit-learn from the
+    (prediction, gold) labels of its records."""
+    metrics = pytest.importorskip("sklearn.metrics")
+    recs = [json.loads(line) for line in open(os.path.join(out, "predictions.jsonl"))]
+    pred, gold = [r["prediction"] for r in recs], [r["gold"] for r in recs]
+    assert len(recs) == res["count"] and set(pred) | set(gold) <= set(LABELS)
+    p, r, f, _ = metrics.precision_recall_fscore_support(gold, pred, labels=list(RELATIONS), average="micro",
+                                                         zero_division=0)
+    assert (res["precision"], res["recall"], res["f1"]) == pytest.approx((p, r, f), abs=1e-12)
+    assert res["accuracy"] == pytest.approx(metrics.accuracy_score(gold, pred), abs=1e-12)
+    assert res["gold"] == sum(g != "false" for g in gold) and res["predicted"] == sum(x != "false" for x in pred)
+
+
+VERBS = {"CPR:3": "activates", "CPR:4": "inhibits", "CPR:9": "is a substrate of", "false": "is mentioned near"}
+LABELS_OF = list(VERBS)
+
+
+def test_tiny_bert_learns_a_planted_relation_verb(tmp_path, capsys):
+    """Each pair's relation is said by its verb: a tiny BERT's dev F1 rises from its first epoch to (near)
+    perfect, and the reported numbers equal scikit-learn's on its predictions."""
+    rng = random.Random(0)
+    fill = ["in the liver", "in rats", "in human cells", "at low doses", "after treatment", "in vitro"]
+    for split, n in (("train", 48), ("dev", 16)):
+        rows = [f"{i}\t@CHEMICAL$ {VERBS[LABELS_OF[i % 4]]} @GENE$ {rng.choice(fill)} .\t{LABELS_OF[i % 4]}"
+                for i in range(n)]
+        (tmp_path / f"{split}.tsv").write_text("index\tsentence\tlabel\n" + "\n".join(rows) + "\n")
+    ckpt = tiny_bert_checkpoint(str(tmp_path / "bert"), seq=64)
+    out = str(tmp_path / "run")
+    code, _, err = run_cli(["finetune", "chemprot", "--checkpoint", ckpt, "--data", str(tmp_path), "--epochs", "12",
+                            "--lr", "3e-3", "--global-batch-size", "16", "--micro-batch-size", "16", "--seq-length",
+                            "32", "--set", "logging.progress=false", "--out", out], capsys)
+    assert code in (0, None), err
+    run = json.load(open(os.path.join(out, "results.json")))
+    f1 = [e["f1"] for e in run["epochs"]]
+    assert len(f1) == 12 and max(f1) >= 0.8 and max(f1) - f1[0] >= 0.3, f1
+    _assert_scikit_learn_agrees(out, run["metrics"])
+
+
+
 @pytest.mark.multiprocess
 def test_finetune_on_the_bundled_sample_and_eval_reproduces(tmp_path):
     ckpt = tiny_bert_checkpoint(str(tmp_path / "bert"), seq=64)
@@ -68,7 +109,8 @@ def test_finetune_on_the_bundled_sample_and_eval_reproduces(tmp_path):
     _mwb("finetune", "chemprot", "--checkpoint", ckpt, "--epochs", "1", "--lr", "2e-3", "--global-batch-size",
          "16", "--micro-batch-size", "16", "--out", out)
     res = json.load(open(os.path.join(out, "results.json")))["metrics"]
-    assert res["count"] == 48 and {"precision", "recall", "f1", "accuracy"} <= set(res)
+    assert res["count"] == 48
+    _assert_scikit_learn_agrees(out, res)
     _mwb("eval", "chemprot", "--checkpoint", out, "--out", str(tmp_path / "ev"))
     ev = json.load(open(os.path.join(tmp_path, "ev", "results.json")))["metrics"]
     assert (ev["f1"], ev["accuracy"], ev["predicted"]) == (res["f1"], res["accuracy"], res["predicted"])

@@ -79,13 +79,13 @@ def test_each_malformed_field_is_one_line_naming_file_line_and_field(tmp_path, r
 
 def test_bad_json_and_missing_split(tmp_path):
     path = _write(tmp_path, [GOOD, "{oops"])
-    with pytest.raises(DataError, match=f"{path}:2: not valid JSON"):
+    with pytest.raises(DataError, match=f"{path}: line 2: not valid JSON"):
         read_split(path, "train")
     (tmp_path / "d").mkdir()
     with pytest.raises(DataError, match="chat split 'dev' not found: expected dev.jsonl/.json/.parquet"):
         read_split(str(tmp_path / "d"), "dev")
     (tmp_path / "d" / "dev.jsonl").write_text("\n")
-    with pytest.raises(DataError, match="dev.jsonl: no conversations"):
+    with pytest.raises(DataError, match="dev.jsonl: empty file"):
         read_split(str(tmp_path / "d"), "dev")
     (tmp_path / "x.json").write_text(json.dumps({"messages": []}))
     with pytest.raises(DataError, match="holds a list of rows, not a dict"):

@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.evaluation.evaluator import evaluate
@@ -130,6 +131,26 @@ def test_score_and_filter_commands(tmp_path, capsys, monkeypatch):
     assert code == 2 and "--allow-online" in err
 
 
+def test_detox_loop_takes_the_scorer_options_of_eval_toxicity(tmp_path, capsys, monkeypatch):
+    """``mwb detox --scorer perspective`` is refused in one line (exit 2) before any model is loaded; with
+    ``--allow-online`` the consent reaches the scorer, which then asks for its key (unset here: nothing goes
+    online). ``mwb eval toxicity``'s task says the same, from the same factory."""
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("PERSPECTIVE_API_KEY", raising=False)
+    out = tmp_path / "loop"
+    code, _, err = run_cli(["detox", "--scorer", "perspective", "--out", str(out)], capsys)
+    assert code == 2 and "--allow-online" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()  # refused before anything was written
+    code, _, err = run_cli(["detox", "--scorer", "perspective", "--allow-online", "--out", str(out)], capsys)
+    assert code == 2 and "PERSPECTIVE_API_KEY" in err and "--allow-online" not in err and not out.exists()
+    with pytest.raises(ConfigError) as e:  # the eval task's options build the same scorer
+        Toxicity(scorer="perspective", allow_online=True).get_scorer()
+    assert str(e.value) in err
+    from mwb.tasks.detox.loop import LoopConfig
+    assert (LoopConfig(checkpoint=None, out="x").scorer, LoopConfig(checkpoint=None, out="x").allow_online) == \
+        ("profanity-check", False)
+
+
 @needs("profanity_check")  # the default scorer
 def test_domain_adaptive_training_from_a_tiny_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
@@ -171,6 +192,7 @@ def test_whole_loop_on_a_tiny_checkpoint(tmp_path, monkeypatch):
                    say=lambda m: None)
     saved = json.load(open(os.path.join(out, "results.json")))
     assert saved["task"] == "detox" and saved["metrics"] == pytest.approx(res["metrics"], nan_ok=True)
+    assert (saved["config"]["scorer"], saved["config"]["allow_online"]) == ("profanity-check", False)
     assert set(saved["table"]) == {"pretrained", "sgeat"} and saved["scale"]["kept"] == 3
     assert set(saved["seconds"]) >= {"self-generation", "domain-adaptive training", "evaluate the adapted model"}
     kept = [json.loads(x) for x in open(os.path.join(out, "selfgen.filtered.jsonl"))]

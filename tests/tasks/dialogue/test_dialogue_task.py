@@ -4,6 +4,7 @@ fine-tuning and greedy generation."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,9 +15,11 @@ import pytest
 from mwb.tasks.dialogue import actor_ranker
 from mwb.tasks.api.registry import get_task
 from tests.helpers.checkpoints import TOKENIZER, tiny_checkpoint
+from tests.helpers.cli import run_cli
 from tests.helpers.distributed import run_ranks
 from tests.helpers.needs import needs
 
+from .hand_f1 import hand_f1
 from .test_dialogue_data import WOW
 
 STYLE = {"ann": "indeed quite lovely", "bob": "yo dude lol", "cat": "hmm perhaps maybe", "dan": "sure thing pal"}
@@ -94,7 +97,7 @@ def test_training_knowledge_can_be_chosen_with_the_gold_response(tmp_path):
     dev = task.read(str(path), "dev")
     assert dev and {e["knowledge_ref"] for e in dev} == {"People like to eat what they know"}
     from mwb.core.config import ConfigError
-    with pytest.raises(ConfigError, match="context or response"):
+    with pytest.raises(ConfigError, match="--train-knowledge must be one of context, response"):
         get_task("dialogue")(train_knowledge="gold")
 
 
@@ -188,13 +191,39 @@ def test_finetune_and_generation_tp2_equal_one_process(tmp_path):
     assert len(a) == len(b) == 3
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5, (a, b)
     res = json.load(open(os.path.join(one, "results.json")))
-    assert {"f1", "dev_ppl", "dev_loss", "count"} <= set(res["metrics"])
+    assert res["metrics"]["dev_ppl"] == pytest.approx(math.exp(res["metrics"]["dev_loss"]), rel=1e-12)
+    assert res["metrics"]["dev_loss"] == pytest.approx(json.load(open(os.path.join(two, "results.json")))
+                                                       ["metrics"]["dev_loss"], rel=1e-5)  # TP2 = one process
     best = res["best_checkpoint"]
     prompts = [e["prompt"] for e in get_task("dialogue")(actors=True, held_out_actors=0.0, min_conversations=2,
                                                           eval_examples=3).read(data, "dev")]
     ranks = run_ranks(_gen_worker, 2, best, prompts, timeout_s=300)
     want = _gen_worker(0, 1, best, prompts)
     assert ranks[0] == ranks[1] == want
+
+
+def test_finetune_learns_the_planted_actor_styles(tmp_path, capsys):
+    """Every reply is its actor's fixed phrase plus counters: a tiny GPT's dev perplexity (exp of the mean
+    dev target-token loss) falls every epoch, and ``f1`` is the mean of the records' unigram F1, recomputed
+    by hand from each greedy reply and its gold reply."""
+    ckpt = tiny_checkpoint(str(tmp_path / "gpt"), "gpt-tiny", seq=128, num_layers=2, hidden_size=64)
+    data = chitchat_sample(tmp_path / "dataset.json", 40)
+    out = str(tmp_path / "run")
+    code, _, err = run_cli(["finetune", "dialogue", "--actors", "--checkpoint", ckpt, "--data", data,
+                            "--global-batch-size", "8", "--micro-batch-size", "8", "--epochs", "4", "--lr", "1e-3",
+                            "--train-examples", "24", "--eval-examples", "8", "--held-out-actors", "0",
+                            "--min-conversations", "2", "--ranker-candidates", "0", "--max-tokens", "6",
+                            "--set", "logging.progress=false", "--out", out], capsys)
+    assert code in (0, None), err
+    res = json.load(open(os.path.join(out, "results.json")))
+    ppl = [e["dev_ppl"] for e in res["epochs"]]
+    assert all(e["dev_ppl"] == pytest.approx(math.exp(e["dev_loss"]), rel=1e-12) for e in res["epochs"])
+    assert len(ppl) == 4 and all(b < a for a, b in zip(ppl, ppl[1:])) and ppl[-1] < 0.7 * ppl[0], ppl
+    recs = [json.loads(line) for line in open(os.path.join(out, "predictions.jsonl"))]
+    assert len(recs) == res["metrics"]["count"] > 0
+    hand = [hand_f1(r["prediction"], r["gold"]) for r in recs]
+    assert [r["f1"] for r in recs] == pytest.approx(hand, abs=1e-12)
+    assert res["metrics"]["f1"] == pytest.approx(sum(hand) / len(hand), abs=1e-12)
 
 
 def test_bad_data_and_options_are_one_line_errors(tmp_path, capsys):
@@ -208,7 +237,7 @@ def test_bad_data_and_options_are_one_line_errors(tmp_path, capsys):
     code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--data", str(bad)], capsys)
     assert code == 1 and "no 'messages' list" in err, err
     code, _, err = run_cli(["eval", "dialogue", "--checkpoint", ckpt, "--retriever", "tfidf"], capsys)
-    assert code == 2 and "bm25 or dpr" in err, err
+    assert code == 2 and "--retriever must be one of bm25, dpr" in err, err
 
 
 @needs(models=["minilm-l6"])

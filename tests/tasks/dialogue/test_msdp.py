@@ -1,6 +1,8 @@
 """MSDP: the stage-2 overlap filter keeps and drops what it should, both prompt formats are exact on fixed
 inputs, stage-1 example selection follows similarity (same topic, else one per topic), and the task runs
 end to end on the bundled sample with a tiny model (and MiniLM when installed)."""
+import json
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,8 @@ from mwb.tasks.dialogue import msdp_prompts as mp
 from mwb.tasks.dialogue.data import Turn
 from tests.helpers.checkpoints import tiny_checkpoint
 from tests.helpers.needs import needs
+
+from .hand_f1 import hand_f1
 
 KNOW = "The aardvark is a medium-sized , burrowing , nocturnal mammal native to Africa ."  # 14 tokens
 
@@ -97,6 +101,35 @@ def test_stage1_selection_same_topic_by_similarity_else_one_per_topic():
     assert [s.knowledge for s in unseen.samples] == ["about A"]  # topic named, no brackets
 
 
+ALASKA_K = "Alaska is a U.S. state situated in the northwest extremity of the Americas."
+ALASKA_R = ("Where did she go? Many cruises go to Alaska, and Alaska is a U.S. state situated in the northwest "
+            "extremity of the Americas.")
+
+
+def test_metrics_on_fixed_predictions_equal_hand_counts():
+    """F1 (reply vs gold reply), KF1 (reply vs gold knowledge) and knowledge F1 (stage-1 knowledge vs gold
+    knowledge) on fixed predictions, counted by hand: after normalisation the gold knowledge has 11 tokens
+    (alaska is u s state situated in northwest extremity of americas), the gold reply 21, the generated
+    knowledge "Alaska is a U.S. state." 5 (all in the gold knowledge) and the reply "Many cruises go to
+    Alaska." 5 (all in the gold reply, one in the gold knowledge)."""
+    from mwb.tasks.dialogue.msdp import MSDP
+    task = MSDP()
+    task.responses = ["E1", "E2"]  # the stage-2 examples build() would fix; metrics only count them
+    examples = [{"knowledge": ALASKA_K, "response": ALASKA_R},
+                {"knowledge": KNOW, "response": "Maybe an aardvark ? " + KNOW}]
+    preds = [{"knowledge": "Alaska is a U.S. state.", "response": "Many cruises go to Alaska."},
+             {"knowledge": "", "response": "I have no idea ."}]
+    m = task.metrics(preds, examples)
+    assert m["knowledge_f1"] == pytest.approx((2 * 5 / (5 + 11) + 0.0) / 2)
+    assert m["f1"] == pytest.approx((2 * 5 / (5 + 21) + 0.0) / 2)
+    assert m["kf1"] == pytest.approx((2 * 1 / (5 + 11) + 0.0) / 2)
+    assert (m["count"], m["response_examples"]) == (2, 2)
+    recs = task.records(preds, examples)
+    assert [r["f1"] for r in recs] == pytest.approx([hand_f1(p["response"], e["response"])
+                                                     for p, e in zip(preds, examples)])
+    assert [r["knowledge_f1"] for r in recs] == pytest.approx([10 / 16, 0.0])
+
+
 @needs(models=["minilm-l6"])
 def test_msdp_task_end_to_end_tiny_model(tmp_path):
     from tests.helpers.minilm import minilm_dir
@@ -108,4 +141,9 @@ def test_msdp_task_end_to_end_tiny_model(tmp_path):
                       str(tmp_path / "out"), None, 2)
     m = report["metrics"]
     assert m["count"] == 2 and m["response_examples"] == 3 and 0 <= m["f1"] <= 1 and 0 <= m["kf1"] <= 1
-    assert (tmp_path / "out" / "results.json").is_file()
+    recs = [json.loads(line) for line in open(tmp_path / "out" / "predictions.jsonl")]
+    for r in recs:  # each turn's numbers are the hand-counted F1s of what the two stages generated
+        assert r["knowledge_f1"] == pytest.approx(hand_f1(r["prediction"]["knowledge"], r["gold"]["knowledge"]))
+        assert r["kf1"] == pytest.approx(hand_f1(r["prediction"]["response"], r["gold"]["knowledge"]))
+    for k in ("f1", "kf1", "knowledge_f1"):
+        assert m[k] == pytest.approx(sum(r[k] for r in recs) / len(recs), abs=1e-12)

@@ -2,6 +2,8 @@
 null-threshold rule, and a fine-tuning run that `mwb eval squad` reproduces."""
 import json
 import os
+import string
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -41,7 +43,7 @@ def test_words_and_reader(tmp_path):
     bad["answers"][0]["answer_start"] += 1
     with pytest.raises(DataError, match="q2: answer 'William Shakespeare' is not at answer_start"):
         read_squad(squad_json(tmp_path / "bad.json", [bad]))
-    with pytest.raises(ConfigError, match="1.1 or 2.0"):
+    with pytest.raises(ConfigError, match="--version must be one of 1.1, 2.0"):
         Squad(version="3")
 
 
@@ -123,6 +125,49 @@ def test_best_threshold_equals_brute_force():
         assert got[f"best_{key}"] == pytest.approx(brute)
         assert squad_v2_scores([s if m <= t else "" for s, m in zip(spans, margins)], answers)[key] == \
             pytest.approx(brute)
+
+
+def _norm(text):
+    """SQuAD's normalisation, written out: lower case, punctuation deleted, no a/an/the, single spaces."""
+    text = "".join(c for c in text.lower() if c not in string.punctuation)
+    return [w for w in text.split() if w not in ("a", "an", "the")]
+
+
+def _hand_f1(pred, gold):
+    p, g = _norm(pred), _norm(gold)
+    same = sum((Counter(p) & Counter(g)).values())
+    return 0.0 if same == 0 else 2 * same / (len(p) + len(g))
+
+
+def test_finetune_v1_learns_the_planted_answer_and_scores_by_hand(tmp_path, capsys):
+    """The answer is always the name after "the guard ... is": a tiny BERT's dev exact match rises from its
+    first epoch to its fourth and ends high, and every record's EM / F1 equals the SQuAD rule written out."""
+    ckpt = tiny_bert_checkpoint(str(tmp_path / "bert"), seq=48)
+    names = ["Anna", "Boris", "Clara", "David", "Elena", "Felix", "Greta", "Hugo"]
+    for split, n in (("train", 16), ("dev", 8)):
+        data = []
+        for i in range(n):
+            context = f"The guard at the gate today is {names[i % 8]} and the weather is mild as it was yesterday ."
+            q = {"id": f"{split}{i}", "question": "Who is the guard?",
+                 "answers": [{"text": names[i % 8], "answer_start": context.index(names[i % 8])}]}
+            data.append({"title": "t", "paragraphs": [{"context": context, "qas": [q]}]})
+        (tmp_path / f"{split}-v1.1.json").write_text(json.dumps({"data": data}))
+    out = str(tmp_path / "ft")
+    code, _, err = run_cli(["finetune", "squad", "--version", "1.1", "--doc-stride", "8", "--checkpoint", ckpt,
+                            "--data", str(tmp_path), "--epochs", "4", "--lr", "1e-3", "--global-batch-size", "8",
+                            "--micro-batch-size", "8", "--seq-length", "24", "--set", "logging.progress=false",
+                            "--out", out], capsys)
+    assert code in (0, None), err
+    run = json.load(open(os.path.join(out, "results.json")))
+    em = [e["exact_match"] for e in run["epochs"]]
+    assert len(em) == 4 and em[-1] > em[0] and em[-1] >= 75.0, em
+    recs = [json.loads(line) for line in open(os.path.join(out, "predictions.jsonl"))]
+    assert len(recs) == 8
+    for r in recs:
+        assert r["exact_match"] == 100.0 * max(_norm(r["prediction"]) == _norm(g) for g in r["gold"])
+        assert r["f1"] == pytest.approx(100.0 * max(_hand_f1(r["prediction"], g) for g in r["gold"]))
+    assert run["metrics"]["f1"] == pytest.approx(sum(r["f1"] for r in recs) / 8)
+    assert run["metrics"]["exact_match"] == pytest.approx(sum(r["exact_match"] for r in recs) / 8)
 
 
 def test_finetune_v2_and_eval_reproduces(tmp_path, capsys):

@@ -112,7 +112,7 @@ def test_question_generation_task_reads_squad(tmp_path):
     path = write_squad(str(tmp_path / "train.json"), records())
     task = get_task("question-generation")(context="sentence")
     ex = task.read(path, "train")
-    assert ex[0] == {"context": "The bridge over the Nile was opened in 1902 by Lord Cromer.", "answer": "1902",
+    assert ex[0] == {"id": "r0", "context": "The bridge over the Nile was opened in 1902 by Lord Cromer.", "answer": "1902",
                      "question": "Question 0?"}
     x = task.inputs(ex[0], None, 0)
     assert x["prompt"] == qg_prompt(ex[0]["context"], "1902", shots=0) and x["target"] == " Question 0?"

@@ -13,6 +13,7 @@ from typing import Callable
 from mwb.core.errors import DataError
 from mwb.evaluation.records import load_records
 
+from .checks import nonempty, text
 from .splits import split_file, with_extensions
 
 FIELDS = (("prompt", "target"), ("source", "target"), ("input", "output"))
@@ -23,17 +24,16 @@ def field_pair(row: dict, fields, where: str):
     """``(row[a], row[b])`` for the first ``(a, b)`` of ``fields`` that ``row`` has (both strings), else None."""
     for a, b in fields:
         if a in row and b in row:
-            if not isinstance(row[a], str) or not isinstance(row[b], str):
-                raise DataError(f"{where}: fields '{a}'/'{b}' must be strings")
-            return row[a], row[b]
+            return text(row, a, where), text(row, b, where)
     return None
 
 
 def to_pair(row: dict, where: str) -> dict:
     """``{"prompt", "target"}`` of one row by the ``prompt-target`` rule (module docstring)."""
     if "instruction" in row and "output" in row:
-        extra = row.get("input") or ""
-        return {"prompt": row["instruction"] + (f"\n\n{extra}" if extra else ""), "target": row["output"]}
+        extra = text(row, "input", where, default="")
+        return {"prompt": text(row, "instruction", where) + (f"\n\n{extra}" if extra else ""),
+                "target": text(row, "output", where)}
     pair = field_pair(row, FIELDS, where)
     if pair:
         return {"prompt": pair[0], "target": pair[1]}
@@ -45,4 +45,4 @@ def read_pairs(path: str, split: str, convert: Callable[[dict, str], dict], what
     """The examples of ``split``: every row of its file through ``convert(row, where)``, where ``where`` names
     the file and row for an error line; ``what`` names the task when the split's file is missing."""
     f = split_file(path, split, with_extensions(split, EXTENSIONS), what)
-    return [convert(r, f"{f}: row {n + 1}") for n, r in enumerate(load_records(f))]
+    return nonempty([convert(r, f"{f}: row {n + 1}") for n, r in enumerate(load_records(f))], f)

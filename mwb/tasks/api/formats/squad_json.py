@@ -7,36 +7,48 @@ answers), but the file's structure, its checks and its error lines are the forma
 """
 from __future__ import annotations
 
-import json
+import os
 
 from mwb.core.errors import DataError
+
+from .checks import items, number, read_json, shown, text
 
 
 def read_squad_json(path: str, layout: str = "SQuAD JSON") -> list[dict]:
     """The paragraphs of a SQuAD-format file, in file order: ``{"context": str, "qas": [{"id", "question",
     "answers": [{"text", "answer_start"}, ...], "is_impossible": bool}, ...]}``. ``answers`` is a list (empty
-    when the file has none); ``layout`` names the expected layout in the not-found error."""
+    when the file has none); ``layout`` names the expected layout in the not-found error. Every field is
+    checked (strings, an integer ``answer_start`` inside the context, a boolean ``is_impossible``) and a file
+    with no question is a DataError."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)["data"]
-    except FileNotFoundError:
-        raise DataError(f"{path} not found ({layout})") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise DataError(f"{path}: not a SQuAD-format JSON file with a top-level 'data' list ({e})") from None
-    if not isinstance(data, list):
+        doc = read_json(path)
+    except DataError:
+        if not os.path.exists(path):
+            raise DataError(f"{path} not found ({layout})") from None
+        raise
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise DataError(f"{path}: not a SQuAD-format JSON file with a top-level 'data' list")
     out = []
-    for article in data:
-        if not isinstance(article, dict):
-            raise DataError(f"{path}: an entry of 'data' is not an object with 'paragraphs'")
-        for para in article.get("paragraphs", []):
-            if not isinstance(para, dict) or not isinstance(para.get("context"), str):
-                raise DataError(f"{path}: a paragraph lacks its 'context' text")
+    for a, article in enumerate(doc["data"]):
+        at = f"{path}: data[{a}]"
+        for p, para in enumerate(items(article, "paragraphs", at)):
+            where = f"{at}.paragraphs[{p}]"
+            context = text(para, "context", where)
             qas = []
-            for qa in para.get("qas", []):
-                if not isinstance(qa, dict) or "id" not in qa or "question" not in qa:
-                    raise DataError(f"{path}: a question lacks 'id' or 'question'")
-                qas.append({"id": qa["id"], "question": qa["question"], "answers": list(qa.get("answers") or []),
-                            "is_impossible": bool(qa.get("is_impossible", False))})
-            out.append({"context": para["context"], "qas": qas})
+            for q, qa in enumerate(items(para, "qas", where)):
+                qw = f"{where}.qas[{q}]"
+                qid, question = text(qa, "id", qw, empty=False), text(qa, "question", qw)
+                impossible = qa.get("is_impossible", False)
+                if not isinstance(impossible, bool):
+                    raise DataError(f"{qw}: field 'is_impossible' must be true or false, got {shown(impossible)}")
+                answers = []
+                for n, ans in enumerate(items(qa, "answers", qw) if "answers" in qa else []):
+                    aw = f"{qw}.answers[{n}]"
+                    start = number(ans.get("answer_start") if isinstance(ans, dict) else None, aw, "answer_start",
+                                   0, max(len(context) - 1, 0), integer=True)
+                    answers.append({"text": text(ans, "text", aw), "answer_start": start})
+                qas.append({"id": qid, "question": question, "answers": answers, "is_impossible": impossible})
+            out.append({"context": context, "qas": qas})
+    if not any(p["qas"] for p in out):
+        raise DataError(f"{path}: no questions (an empty SQuAD-format file)")
     return out
