@@ -36,3 +36,17 @@ def padded(rows: Sequence[Sequence[int]], pad: int) -> torch.Tensor:
 def batches(items: Sequence, size: int) -> Iterator[Sequence]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+@torch.no_grad()
+def window_nll(lm, items: Sequence[dict], batch_size: int, pad: int) -> Iterator[tuple[dict, float, int]]:
+    """``(item, nll, count)`` for each window item (``{"tokens", "skip", …}`` from :func:`rolling_windows`):
+    the summed negative log-likelihood (float64) of its targets after the first ``skip``, and how many there
+    are. One scoring loop for every task that sums a long text's windows (WikiText, held-out documents)."""
+    for batch in batches(items, batch_size):
+        logp = lm.log_probs(padded([it["tokens"][:-1] for it in batch], pad))
+        for b, it in enumerate(batch):
+            n = len(it["tokens"]) - 1
+            tgt = torch.tensor(it["tokens"][1:], device=logp.device)
+            lp = logp[b, :n].gather(-1, tgt[:, None])[:, 0][it["skip"]:]
+            yield it, -float(lp.double().sum()), int(lp.numel())

@@ -310,3 +310,34 @@ class Experiment:
         for s in self.scales.values():
             out += [c for c in self.conditions_for(s) if c not in out]
         return tuple(out)
+
+
+class ComputedExperiment(Experiment):
+    """A deterministic experiment whose cells are computed in Python (parameter counts, planner output,
+    measured bytes), not run as commands: :meth:`compute_cell` gives the values, which are kept in
+    ``cell_dir/values.json`` (written under a temporary name, then renamed) so that a rerun reads them back
+    instead of computing them again. ``cell_commands`` still lists the ``mwb plan`` commands that print the
+    same numbers, for ``commands.sh``."""
+
+    deterministic: ClassVar[bool] = True
+    VALUES: ClassVar[str] = "values.json"
+
+    def compute_cell(self, condition: str, seed: int, scale: Scale, cell_dir: str, options: dict) -> CellResult:
+        raise NotImplementedError(f"{type(self).__name__} must implement compute_cell")
+
+    def run_cell(self, condition, seed, scale, cell_dir, options, invoke) -> CellResult:
+        res = self.compute_cell(condition, seed, scale, cell_dir, options)
+        path = os.path.join(cell_dir, self.VALUES)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"metrics": res.metrics, "details": res.details}, f, indent=2)
+        os.replace(path + ".tmp", path)
+        return res
+
+    def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:
+        path = os.path.join(cell_dir, self.VALUES)
+        try:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise DataError(f"{self.name} {condition}: cannot read {path} ({e})") from e
+        return CellResult(rec["metrics"], None, rec.get("details", {}))

@@ -17,16 +17,12 @@ Three parts, all deterministic (computed or measured, no training, no seeds):
 """
 from __future__ import annotations
 
-import json
-import os
-
 from mwb.core.config import ModelConfig, RunConfig
-from mwb.core.errors import DataError
 from mwb.core.plan import ModelShape, count_parameters, korthikanti_bytes_per_layer, paper_parameter_count
 from mwb.core.plan.paper import SEQ, TABLE1, VOCAB, reproduce
 from mwb.core.presets import apply_preset
 
-from ..api import CellResult, DataOption, Experiment, Paper, PaperValue, PlanSpec, Scale
+from ..api import CellResult, ComputedExperiment, DataOption, Paper, PaperValue, PlanSpec, Scale
 from ..registry import register
 from . import megatron_measure as measure
 
@@ -93,7 +89,7 @@ SCALES = {
 
 
 @register("megatron-scaling")
-class MegatronScaling(Experiment):
+class MegatronScaling(ComputedExperiment):
     papers = (SHOEYBI, NARAYANAN, KORTHIKANTI)
     claim = ("The Megatron papers' closed forms hold for the models mwb builds: parameter counts as printed in "
              "Shoeybi et al. and Narayanan et al. Table 1, and per-layer activation memory as Korthikanti et "
@@ -102,7 +98,6 @@ class MegatronScaling(Experiment):
     metrics = ("params_b", "params_b_formula", "iteration_s", "activation_bytes", "explained_bytes", "step_s",
                "predicted_step_s", "step_over_none")
     scales = SCALES
-    deterministic = True
     paper_options = {"device": DataOption("the device the paper-shape layers are measured on", default="cuda")}
 
     def conditions_for(self, scale: Scale) -> tuple:
@@ -164,7 +159,7 @@ class MegatronScaling(Experiment):
                      "--seq-length", str(SHOEYBI_SEQ), "--json"]]
         return []
 
-    def run_cell(self, condition, seed, scale, cell_dir, options, invoke) -> CellResult:
+    def compute_cell(self, condition, seed, scale, cell_dir, options) -> CellResult:
         if condition in NARAYANAN_ROWS:
             res = _table1(NARAYANAN_ROWS[condition])
         elif condition in SHOEYBI_ROWS:
@@ -175,17 +170,7 @@ class MegatronScaling(Experiment):
         else:
             res = measure.step_cell(condition.split("-")[1], scale.params["step"],
                                     scale.params.get("device", "cpu"))
-        with open(os.path.join(cell_dir, "values.json"), "w", encoding="utf-8") as f:
-            json.dump({"metrics": res.metrics, "details": res.details}, f, indent=2)
         return res
-
-    def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:
-        try:
-            with open(os.path.join(cell_dir, "values.json"), encoding="utf-8") as f:
-                rec = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise DataError(f"{self.name} {condition}: cannot read {cell_dir}/values.json ({e})") from e
-        return CellResult(rec["metrics"], None, rec.get("details", {}))
 
     def scope(self, scale: Scale) -> str:
         p = scale.params

@@ -23,9 +23,6 @@ throughput within 20% of the measured one and its scaling across node counts wit
 """
 from __future__ import annotations
 
-import json
-import os
-
 from mwb.core.config import RunConfig
 from mwb.core.errors import DataError
 from mwb.core.plan import HARDWARE, Constraints, ModelShape, Workload, count_parameters, paper_parameter_count, plan
@@ -33,7 +30,7 @@ from mwb.core.plan.report import rampup_time
 from mwb.core.presets import apply_preset
 from mwb.core.training.rampup import BatchRampup
 
-from ..api import CellResult, Experiment, Paper, PaperValue, PlanSpec, Scale
+from ..api import CellResult, ComputedExperiment, Paper, PaperValue, PlanSpec, Scale
 from ..registry import register
 
 SMITH = Paper("Smith et al. 2022", "2201.11990",
@@ -174,7 +171,7 @@ def _paper_values() -> tuple:
 
 
 @register("mt-nlg")
-class MtNlg(Experiment):
+class MtNlg(ComputedExperiment):
     papers = (SMITH,)
     claim = ("MT-NLG 530B as Smith et al. describe it is the model and layout mwb plans: 530B parameters, TP 8 × PP "
              "35 × DP fitting 80-GB A100s at global batch 1,920, and a batch ramp-up from 32 by 32 to 1,920 over "
@@ -186,7 +183,6 @@ class MtNlg(Experiment):
                "rampup_iterations", "rampup_hours", "train_days", "rampup_extra")
     paper_values = _paper_values()
     scales = SCALES
-    deterministic = True
 
     def conditions_for(self, scale: Scale) -> tuple:
         return tuple(scale.params["conditions"])
@@ -206,19 +202,9 @@ class MtNlg(Experiment):
             return [plan_argv(280, rampup=True)]
         return [plan_argv(NODES[condition])]
 
-    def run_cell(self, condition, seed, scale, cell_dir, options, invoke) -> CellResult:
+    def compute_cell(self, condition, seed, scale, cell_dir, options) -> CellResult:
         res = rampup_cell() if condition == RAMP else layout_cell(NODES[condition])
-        with open(os.path.join(cell_dir, "values.json"), "w", encoding="utf-8") as f:
-            json.dump({"metrics": res.metrics, "details": res.details}, f, indent=2)
         return res
-
-    def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:
-        try:
-            with open(os.path.join(cell_dir, "values.json"), encoding="utf-8") as f:
-                rec = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise DataError(f"{self.name} {condition}: cannot read {cell_dir}/values.json ({e})") from e
-        return CellResult(rec["metrics"], None, rec.get("details", {}))
 
     def scope(self, scale: Scale) -> str:
         return ("Everything here is arithmetic, the same at every scale: it shows that the model mwb builds from "

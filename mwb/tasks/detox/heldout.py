@@ -22,13 +22,12 @@ import math
 import os
 from typing import Optional, Sequence
 
-import torch
 
 from mwb.core.config import ConfigError
 from mwb.core.data.bundled import corpus_file
 from mwb.core.data.gpt import split_ranges
 from mwb.core.errors import DataError
-from mwb.evaluation.windows import batches, padded, rolling_windows
+from mwb.evaluation.windows import rolling_windows, window_nll
 
 from ..api.base import Option
 from ..api.formats.checks import utf8_line
@@ -99,17 +98,9 @@ class HeldOutPerplexity(LMTask):
                       for _, w, skip in rolling_windows(ids, seq, max(1, seq // 2))]
         return items
 
-    @torch.no_grad()
     def run(self, lm, items: Sequence[dict]) -> list[dict]:
-        out = []
-        for batch in batches(items, self.opts["batch_size"]):
-            logp = lm.log_probs(padded([it["tokens"][:-1] for it in batch], self.pad_id(lm)))
-            for b, it in enumerate(batch):
-                n = len(it["tokens"]) - 1
-                tgt = torch.tensor(it["tokens"][1:], device=logp.device)
-                lp = logp[b, :n].gather(-1, tgt[:, None])[:, 0][it["skip"]:]
-                out.append({"doc": it["doc"], "nll": -float(lp.double().sum()), "tokens": int(lp.numel())})
-        return out
+        return [{"doc": it["doc"], "nll": nll, "tokens": count}
+                for it, nll, count in window_nll(lm, items, self.opts["batch_size"], self.pad_id(lm))]
 
     def _per_document(self, results: list[dict]) -> list[dict]:
         parts = [{"nll": 0.0, "tokens": 0} for _ in self.examples]

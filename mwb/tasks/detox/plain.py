@@ -9,39 +9,19 @@ held-out documents (the valid and test ranges of the 949,50,1 split, which ``mwb
 """
 from __future__ import annotations
 
-import gzip
-import json
-import os
 import random
 from typing import Optional
 
 from mwb.core.data.bundled import corpus_file
-from mwb.core.data.gpt import split_ranges
 from mwb.core.errors import DataError
 
-from ..api.formats.checks import utf8_line
-from .dapt import HELD_OUT_SPLIT
+from .heldout import read_documents
 
 
 def training_documents(corpus: Optional[str] = None) -> list[str]:
     """The documents of ``corpus`` (a ``{"text"}`` jsonl, ``.gz`` or not; default: the bundled corpus) in the
-    ``train`` range of the held-out split."""
-    path = corpus or corpus_file()
-    if not os.path.isfile(path):
-        raise DataError(f"corpus not found: {path} (give a .jsonl or .jsonl.gz of {{\"text\": ...}} lines)")
-    docs = []
-    with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8", errors="surrogateescape") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    row = json.loads(utf8_line(line, path, n))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}: line {n} is not JSON ({e.msg})") from None
-                if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                    raise DataError(f"{path}: line {n} has no string 'text'")
-                docs.append(row["text"])
-    start, end = split_ranges(HELD_OUT_SPLIT, len(docs))[0]
-    return docs[start:end]
+    ``train`` range of the held-out split (read and checked as ``mwb eval heldout-ppl`` reads its documents)."""
+    return [d["text"] for d in read_documents(corpus or corpus_file(), "train")]
 
 
 def plain_passages(tokenizer, num: int, max_tokens: int, seed: int = 1234, corpus: Optional[str] = None) -> list[dict]:

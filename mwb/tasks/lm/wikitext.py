@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-import torch
 
 from mwb.core.errors import DataError
 from mwb.evaluation.detokenizers import detokenizer_for
 from mwb.evaluation.metrics import perplexity, word_perplexity
 from mwb.evaluation.records import read_text
-from mwb.evaluation.windows import batches, padded, rolling_windows
+from mwb.evaluation.windows import rolling_windows, window_nll
 
 from ..api.base import Option
 from ..api.registry import register
@@ -54,17 +53,9 @@ class WikiText(LMTask):
         stride = min(self.opts["overlap"] or seq, seq)
         return [{"tokens": w, "skip": skip, "start": start} for start, w, skip in rolling_windows(ids, seq, stride)]
 
-    @torch.no_grad()
     def run(self, lm, items: Sequence[dict]) -> list[dict]:
-        out = []
-        for batch in batches(items, self.opts["batch_size"]):
-            logp = lm.log_probs(padded([it["tokens"][:-1] for it in batch], self.pad_id(lm)))
-            for b, it in enumerate(batch):
-                n = len(it["tokens"]) - 1
-                tgt = torch.tensor(it["tokens"][1:], device=logp.device)
-                lp = logp[b, :n].gather(-1, tgt[:, None])[:, 0][it["skip"]:]
-                out.append({"nll": -float(lp.double().sum()), "num_tokens": int(lp.numel()), "start": it["start"]})
-        return out
+        return [{"nll": nll, "num_tokens": count, "start": it["start"]}
+                for it, nll, count in window_nll(lm, items, self.opts["batch_size"], self.pad_id(lm))]
 
     def aggregate(self, results: list[dict]) -> dict:
         nll = sum(r["nll"] for r in results)

@@ -8,6 +8,11 @@ the pipeline's own report (``OUT/stages.json``, and logged as they happen). Outp
 ``dropped.jsonl``     the pairs it dropped, with the answer the QA model recovered and its score
 ``stages.json``       counts per stage, the settings, and seconds per stage
 
+A rerun with the same ``OUT`` skips what finished (:class:`~..api.stages.Stages`: markers written last, under
+``OUT/stages/``): the generated questions (``records.jsonl`` beside ``unfiltered.json``), each cross-fitted
+reader, and the filter. A stage cut short has no marker and runs again; other settings on the same ``OUT``
+are refused, since their finished stages would be reused.
+
 The roundtrip QA model is ``filter_model`` (a fine-tuned ``squad`` checkpoint) when given. Without one (no
 SQuAD offline), it is trained here on the synthetic pairs themselves, cross-fitted so that no pair is
 judged by a reader that saw it: the passages are split in two seeded folds, a ``squad`` reader is
@@ -27,10 +32,12 @@ from typing import Callable, Optional
 import numpy as np
 
 from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.config import ConfigError
 from mwb.core.errors import MwbError
 from mwb.evaluation.loading import load_language_model
 from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
 
+from ..api.stages import Stages
 from ..squad.data import read_squad
 from .answers import answer_candidates
 from .questions import clean_question, generate_questions
@@ -86,13 +93,19 @@ def make_records(evidence, rows: list[int], cfg: SynthesisConfig, lm, say) -> tu
 
 
 def train_reader(data: str, out: str, cfg: SynthesisConfig, say) -> str:
-    """``mwb finetune squad`` from ``cfg.filter_base`` on ``data`` (a child process: its own trainer and log)."""
+    """``mwb finetune squad`` from ``cfg.filter_base`` on ``data`` (a child process: its own trainer and log),
+    skipped when an earlier run with the same ``OUT`` finished it (its stage marker)."""
+    stages, name = Stages(cfg.out), f"reader-{os.path.basename(out)}"
+    if stages.finished(name) is not None:
+        say(f"mwb: {name} finished in an earlier run: reusing {out}")
+        return out
     cmd = [sys.executable, "-m", "mwb", "finetune", "squad", "--checkpoint", cfg.filter_base, "--data", data,
            "--epochs", str(cfg.filter_epochs), "--seq-length", str(cfg.seq_length), "--seed", str(cfg.seed),
            "--out", out]
     say("mwb: " + " ".join(cmd[1:]))
     if subprocess.call(cmd) != 0:
         raise MwbError(f"training the roundtrip reader failed ({' '.join(cmd[2:])})")
+    stages.finish(name, {"run": out})
     return out
 
 
@@ -123,15 +136,33 @@ def synthesize(cfg: SynthesisConfig, say=print) -> dict:
     if cfg.context not in ("sentence", "passage"):
         raise MwbError(f"--context must be sentence or passage, not '{cfg.context}'")
     os.makedirs(cfg.out, exist_ok=True)
-    seconds = {}
-    t = time.perf_counter()
-    evidence = read_evidence(cfg.corpus)
-    rows = pick_passages(len(evidence), cfg.passages, cfg.seed)
-    _, lm = load_language_model(cfg.generator)
-    records, counts = make_records(evidence, rows, cfg, lm, say)
-    del lm
-    seconds["answers_and_questions"] = round(time.perf_counter() - t, 1)
-    unfiltered = write_squad(os.path.join(cfg.out, "unfiltered.json"), records)
+    stages = Stages(cfg.out)
+    settings = json.loads(json.dumps(asdict(cfg)))
+    if stages.finished("settings") not in (None, settings):
+        raise ConfigError(f"{cfg.out} holds a `mwb qa synthesize` run with other settings, whose finished stages "
+                          f"would be reused: pass another --out, or the same settings to continue it")
+    stages.finish("settings", settings)
+    done = stages.finished("filter")
+    if done is not None:
+        say(f"mwb: every stage finished in an earlier run: {cfg.out}")
+        return done
+    unfiltered, records_path = os.path.join(cfg.out, "unfiltered.json"), os.path.join(cfg.out, "records.jsonl")
+    questions = stages.finished("questions")
+    if questions is None:
+        t = time.perf_counter()
+        evidence = read_evidence(cfg.corpus)
+        rows = pick_passages(len(evidence), cfg.passages, cfg.seed)
+        _, lm = load_language_model(cfg.generator)
+        records, counts = make_records(evidence, rows, cfg, lm, say)
+        del lm
+        write_squad(unfiltered, records)
+        atomic_write_text(records_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        questions = stages.finish("questions", {"counts": counts, "seconds": round(time.perf_counter() - t, 1)})
+    else:
+        with open(records_path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        say(f"mwb: stages 1-2 finished in an earlier run: {len(records)} questions from {records_path}")
+    counts, seconds = dict(questions["counts"]), {"answers_and_questions": questions["seconds"]}
     t = time.perf_counter()
     answer = squad_answerer(cfg.filter_model, cfg.seq_length) if cfg.filter_model else \
         cross_fitted_answerer(records, cfg, say)
@@ -148,4 +179,4 @@ def synthesize(cfg: SynthesisConfig, say=print) -> dict:
     report = {"counts": counts, "seconds": seconds,
               "config": {**asdict(cfg), "filter_rule": asdict(cfg.filter_rule)}}
     atomic_write_text(os.path.join(cfg.out, "stages.json"), json.dumps(report, indent=1) + "\n")
-    return report
+    return stages.finish("filter", json.loads(json.dumps(report)))

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from mwb.core.config import ConfigError
 from mwb.retrieval.salient_spans import salient_spans
 from mwb.tasks.squad.data import read_squad
 from mwb.tasks.synthetic_qa import pipeline
@@ -157,3 +158,35 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     code, _, err = run_cli(["qa", "synthesize", "--corpus", str(tmp_path / "nope.tsv"), "--out", str(tmp_path / "o")],
                            capsys)
     assert code == 1 and err.strip().splitlines()[-1].startswith("mwb: error: file not found")
+
+
+def test_a_rerun_with_the_same_out_skips_the_finished_stages(tmp_path, monkeypatch):
+    """Questions generated once are reused (the generator is not loaded again); a filter stage cut short (no
+    marker) runs again and writes the same files; other settings on the same OUT are refused."""
+    import dataclasses
+    evidence = tmp_path / "ev.tsv"
+    evidence.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{p}\tT{i}\n" for i, p in enumerate(PASSAGES)))
+    gen = iter(["Who opened it?", "no question here", "When did it close? yes", "Who wrote the notes?"])
+    loads = []
+    monkeypatch.setattr(pipeline, "load_language_model", lambda name: loads.append(name) or (None, None))
+    monkeypatch.setattr(pipeline, "generate_questions", lambda lm, contexts, answers, *a: [next(gen) for _ in answers])
+    filters = []
+
+    def answerer(path, seq):
+        filters.append(path)
+        return lambda exs: [e["answers"][0] if e["question"] == "Who opened it?" else "nope" for e in exs]
+    monkeypatch.setattr(pipeline, "squad_answerer", answerer)
+    out = tmp_path / "out"
+    cfg = pipeline.SynthesisConfig(out=str(out), corpus=str(evidence), passages=0, answers_per_passage=2,
+                                   filter_model="stub")
+    first = pipeline.synthesize(cfg, say=lambda m: None)
+    files = {n: (out / n).read_text() for n in ("unfiltered.json", "synthetic.json", "dropped.jsonl")}
+    assert pipeline.synthesize(cfg, say=lambda m: None) == first and len(filters) == 1  # every stage skipped
+    (out / "stages" / "filter.json").unlink()  # the filter cut short: its marker was never written
+    (out / "synthetic.json").write_text("{truncated")
+    second = pipeline.synthesize(cfg, say=lambda m: None)
+    assert loads == [cfg.generator] and len(filters) == 2  # the generator loaded once, by the first run
+    assert second["counts"] == first["counts"]
+    assert {n: (out / n).read_text() for n in files} == files
+    with pytest.raises(ConfigError, match="other settings"):
+        pipeline.synthesize(dataclasses.replace(cfg, answers_per_passage=1), say=lambda m: None)
