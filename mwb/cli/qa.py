@@ -20,8 +20,9 @@ def qa():
 
 
 @qa.command(help="Passages → answer candidates → generated questions → roundtrip filter → SQuAD JSON in OUT "
-                 "(synthetic.json, unfiltered.json, dropped.jsonl, stages.json). With no arguments: 60 passages "
-                 "of the bundled Wikipedia evidence, questions from smollm2-135m (2-shot), filtered by two "
+                 "(synthetic.json, unfiltered.json, unfiltered_matched.json, dropped.jsonl, stages.json). With no "
+                 "arguments: 60 passages of the bundled Wikipedia evidence, questions from smollm2-135m (2-shot), "
+                 "filtered by two "
                  "cross-fitted minilm-l6 readers.")
 @click.option("--corpus", default=None, help="Passages: DPR evidence TSV (id, text, title); default the bundled sample.")
 @click.option("--out", default=None, help="Output directory (default runs/qa-synthesize-<time>).")
@@ -61,6 +62,7 @@ def synthesize(corpus, out, passages, answers_per_passage, seed, generator, qg_s
     say(f"mwb: stage counts  {json.dumps(report['counts'])}")
     say(f"mwb: filtered      {os.path.join(out, 'synthetic.json')}  (mwb finetune squad --data it)")
     say(f"mwb: unfiltered    {os.path.join(out, 'unfiltered.json')}")
+    say(f"mwb: size-matched  {os.path.join(out, 'unfiltered_matched.json')}  (as many unfiltered pairs as were kept)")
     say(f"mwb: stages        {os.path.join(out, 'stages.json')}")
 
 
@@ -79,9 +81,12 @@ def synthesize(corpus, out, passages, answers_per_passage, seed, generator, qg_s
 @click.option("--sample", type=click.IntRange(min=1), default=None, help="A seeded sample of N questions.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of --sample.")
 @click.option("--base", default="minilm-l6", show_default=True, help="Encoder of the untrained reader.")
+@click.option("--init-seed", type=int, default=1234, show_default=True,
+              help="Seed of the untrained reader's fresh span head.")
 @click.option("--out", default=None, help=f"Output directory (default runs/{OPEN_DOMAIN}-<time>).")
-def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, titled, sample, seed, base, out):
-    from mwb.core.checkpoint.format import atomic_write_text
+def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, titled, sample, seed, base, init_seed,
+                    out):
+    from mwb.evaluation.predictions import write_predictions
     from mwb.evaluation.results import write_results
     from mwb.tasks.synthetic_qa.open_domain import default_questions, open_domain_eval
     from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS
@@ -92,12 +97,12 @@ def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, title
     out = out or default_out(OPEN_DOMAIN)
     click.echo(f"mwb: BM25 top-{top_k} + reader {reader} on {questions}", err=True)
     metrics, per_question = open_domain_eval(reader, questions, evidence, top_k, seq_length, limit, base, titled,
-                                             sample, seed)
+                                             sample, seed, init_seed)
     path = write_results(out, OPEN_DOMAIN, metrics, checkpoint=reader,
                          config={"questions": questions, "evidence": evidence, "top_k": top_k,
                                  "seq_length": seq_length, "base": base, "titled": titled, "sample": sample,
-                                 "seed": seed, "limit": limit})
-    atomic_write_text(os.path.join(out, "predictions.jsonl"), "".join(json.dumps(p) + "\n" for p in per_question))
+                                 "seed": seed, "limit": limit, "init_seed": init_seed})
+    write_predictions(out, per_question)
     for k, v in metrics.items():
         click.echo(f"{OPEN_DOMAIN} {k}: {v:.4g}" if isinstance(v, float) else f"{OPEN_DOMAIN} {k}: {v}")
     click.echo(f"results: {path}")

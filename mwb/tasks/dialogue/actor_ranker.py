@@ -56,6 +56,14 @@ def consistency(ranker: ActorRanker, replies: Sequence[str], examples: list[dict
                 profile: int = 10, golds: Optional[Sequence[str]] = None) -> dict[str, float]:
     """``{"consistency", "consistency_gold", "consistency_chance"}``: the share of ``replies`` (and of the gold
     replies) whose actor the ranker picks among ``n`` candidates."""
+    return consistency_hits(ranker, replies, examples, index, n, profile, golds)[0]
+
+
+def consistency_hits(ranker: ActorRanker, replies: Sequence[str], examples: list[dict], index: dict, n: int,
+                     profile: int = 10, golds: Optional[Sequence[str]] = None) -> tuple[dict, dict]:
+    """:func:`consistency`'s numbers and, per scored example, whether its actor was picked:
+    ``{"consistency": {example index: 0/1}, "consistency_gold": {...}}`` (examples whose actor has no profile
+    are not scored), so two runs on the same examples can be paired reply by reply."""
     exclude = {e["conversation"] for e in examples}
     pool = sorted({e["actor"] for e in examples})
     prof = ranker.profiles(index, pool, exclude, profile)
@@ -64,14 +72,16 @@ def consistency(ranker: ActorRanker, replies: Sequence[str], examples: list[dict
     scored = [i for i, e in enumerate(examples) if e["actor"] in prof]
     out = {"consistency_chance": 1.0 / n if n else float("nan"), "consistency_n": n,
            "consistency_count": len(scored)}
+    hits: dict = {}
     for name, texts in (("consistency", replies), ("consistency_gold", golds)):
         if texts is None or n < 2 or not scored:
             continue
         emb = ranker.embed([texts[i] for i in scored])
-        hits = 0
+        per = {}
         for row, i in zip(emb, scored):
             cands = candidate_actors(examples[i]["actor"], pool, n, key=f"{examples[i]['conversation']}:{i}")
             sims = [float(row @ prof[a]) for a in cands]
-            hits += int(int(np.argmax(sims)) == 0)
-        out[name] = hits / len(scored)
-    return out
+            per[i] = int(int(np.argmax(sims)) == 0)
+        out[name] = sum(per.values()) / len(scored)
+        hits[name] = per
+    return out, hits

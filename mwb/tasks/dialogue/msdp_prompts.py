@@ -1,5 +1,5 @@
 """MSDP's prompts (Liu et al., Findings ACL 2022; Megatron-LM's ``tasks/msdp`` until 2025): the two prompt
-formats and how their in-context examples are chosen.
+formats and how their in-context examples are chosen, and the knowledge-free prompt mwb compares them with.
 
 Samples are wizard turns of Wizard-of-Wikipedia dialogues (Megatron's ``process_wow_dataset`` rule): the
 context is every earlier turn (a turn not ending in ``.?!`` gets a ``.``), the knowledge is the wizard's
@@ -17,9 +17,16 @@ of topics absent from the test set qualify only with short knowledge (≤ 20 wor
 Stage 2, response generation — a fixed set of twenty ``Topic: t. User says: u We know that: k System
 replies: r`` examples, chosen once from training by the overlap filter (:func:`keeps_response_example`) and
 a seeded shuffle; the prompt ends ``Topic: t. User says: u We know that: k System replies:`` with the
-stage-1 knowledge. Text is word-tokenized as in Megatron (NLTK), here with NLTK's data-free pieces: a Punkt
-sentence splitter with default parameters and a short abbreviation list (no trained model is downloaded),
-and the Treebank-style word tokenizer.
+stage-1 knowledge.
+
+Knowledge-free prompting, the one-stage control — the same twenty training samples, in the same order, with
+their knowledge left out: ``Topic: t. User says: u System replies: r`` examples, then ``Topic: t. User
+says: u System replies:``. The prompt differs from stage 2's only by the ``We know that: k`` parts, so a
+difference between the two conditions' replies is what the (generated) knowledge does.
+
+Text is word-tokenized as in Megatron (NLTK), here with NLTK's data-free pieces: a Punkt sentence splitter
+with default parameters and a short abbreviation list (no trained model is downloaded), and the
+Treebank-style word tokenizer.
 """
 from __future__ import annotations
 
@@ -165,14 +172,35 @@ def response_example(s: Sample) -> str:
             f"System replies: {tokenized(s.response)}")
 
 
+def response_samples(train: Sequence[Sample], seed: int = 1234, k: int = RESPONSE_EXAMPLES) -> list[Sample]:
+    """The training samples behind the fixed stage-2 examples: those the filter keeps, shuffled with ``seed``
+    (numpy), the first ``k``. The knowledge-free prompt uses the same samples, so the two differ only by it."""
+    kept = [s for s in train if keeps_response_example(s)]
+    order = np.arange(len(kept))
+    np.random.RandomState(seed).shuffle(order)  # one shuffle of n items draws the same permutation for any list
+    return [kept[i] for i in order[:k]]
+
+
 def response_examples(train: Sequence[Sample], seed: int = 1234, k: int = RESPONSE_EXAMPLES) -> list[str]:
     """The fixed stage-2 examples: those the filter keeps, shuffled with ``seed`` (numpy), the first ``k``."""
-    kept = [response_example(s) for s in train if keeps_response_example(s)]
-    np.random.RandomState(seed).shuffle(kept)
-    return kept[:k]
+    return [response_example(s) for s in response_samples(train, seed, k)]
 
 
 def response_prompt(examples: Sequence[str], topic: str, last_turn: str, knowledge: str) -> str:
     return ("".join(e.strip() + " \n" for e in examples)
             + f"Topic: {topic}. User says: {tokenized(last_turn)} We know that: {tokenized(knowledge)} "
               f"System replies:")
+
+
+# --------------------------------------------------------------------------- knowledge-free (one stage)
+
+
+def knowledge_free_example(s: Sample) -> str:
+    """A stage-2 example without its knowledge: ``Topic: t. User says: u System replies: r``."""
+    return f"Topic: {s.topic}. User says: {tokenized(s.turns[-1])} System replies: {tokenized(s.response)}"
+
+
+def knowledge_free_prompt(examples: Sequence[str], topic: str, last_turn: str) -> str:
+    """The reply prompted from the context alone: the examples, one per line, then the test turn."""
+    return ("".join(e.strip() + " \n" for e in examples)
+            + f"Topic: {topic}. User says: {tokenized(last_turn)} System replies:")

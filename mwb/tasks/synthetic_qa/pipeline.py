@@ -5,8 +5,12 @@ the pipeline's own report (``OUT/stages.json``, and logged as they happen). Outp
 
 ``unfiltered.json``   every well-formed generated pair (SQuAD v1.1), the unfiltered training set
 ``synthetic.json``    the pairs the roundtrip filter kept (SQuAD v1.1): ``mwb finetune squad --data`` it
+``unfiltered_matched.json``  as many pairs as the filter kept, drawn (seeded) from every well-formed pair
+                      regardless of the filter: the size-matched control, so a reader trained on it takes as
+                      many steps as one trained on ``synthetic.json`` and only the filter differs
 ``dropped.jsonl``     the pairs it dropped, with the answer the QA model recovered and its score
-``stages.json``       counts per stage, the settings, and seconds per stage
+``stages.json``       counts per stage, the settings, and seconds per stage: a link to the filter stage's
+                      marker ``stages/filter.json`` (one write; it dangles while the filter is unfinished)
 
 A rerun with the same ``OUT`` skips what finished (:class:`~..api.stages.Stages`: markers written last, under
 ``OUT/stages/``): the generated questions (``records.jsonl`` beside ``unfiltered.json``), each cross-fitted
@@ -170,6 +174,7 @@ def synthesize(cfg: SynthesisConfig, say=print) -> dict:
     seconds["roundtrip"] = round(time.perf_counter() - t, 1)
     kept_ids = {e["id"] for e in kept}
     write_squad(os.path.join(cfg.out, "synthetic.json"), [r for r in records if r["id"] in kept_ids])
+    write_squad(os.path.join(cfg.out, "unfiltered_matched.json"), matched_sample(records, len(kept), cfg.seed))
     atomic_write_text(os.path.join(cfg.out, "dropped.jsonl"), "".join(
         json.dumps({k: e[k] for k in ("id", "question", "answers", "recovered", "roundtrip_score")}) + "\n"
         for e in dropped))
@@ -178,5 +183,26 @@ def synthesize(cfg: SynthesisConfig, say=print) -> dict:
         f"dropped {len(dropped)} of {len(records)}")
     report = {"counts": counts, "seconds": seconds,
               "config": {**asdict(cfg), "filter_rule": asdict(cfg.filter_rule)}}
-    atomic_write_text(os.path.join(cfg.out, "stages.json"), json.dumps(report, indent=1) + "\n")
-    return stages.finish("filter", json.loads(json.dumps(report)))
+    report = stages.finish("filter", json.loads(json.dumps(report)))
+    link_report(cfg.out)
+    return report
+
+
+def matched_sample(records: list[dict], n: int, seed: int) -> list[dict]:
+    """``n`` of ``records`` drawn without replacement with a generator of its own (``[seed, 11]``), in file
+    order: the unfiltered pairs at the filtered set's size."""
+    keep = np.random.default_rng([seed, 11]).choice(len(records), size=min(n, len(records)), replace=False)
+    return [records[i] for i in sorted(keep.tolist())]
+
+
+def link_report(out: str) -> None:
+    """``OUT/stages.json`` → ``stages/filter.json``: the filter marker is the report, written once; the link is
+    made under a temporary name and renamed over any older ``stages.json``."""
+    path = os.path.join(out, "stages.json")
+    if os.path.islink(path) and os.readlink(path) == os.path.join("stages", "filter.json"):
+        return
+    tmp = path + ".link"
+    if os.path.lexists(tmp):
+        os.remove(tmp)
+    os.symlink(os.path.join("stages", "filter.json"), tmp)
+    os.replace(tmp, path)

@@ -105,7 +105,22 @@ def test_pipeline_logs_and_writes_stage_counts(tmp_path, monkeypatch):
     kept = read_squad(str(out / "synthetic.json"))
     assert [e["question"] for e in kept] == ["Who opened it?"]
     assert json.loads((out / "stages.json").read_text())["counts"]["roundtrip_kept"] == 1
+    assert (out / "stages.json").resolve() == (out / "stages" / "filter.json").resolve()  # one write: the marker
     assert len((out / "dropped.jsonl").read_text().splitlines()) == 2
+    # the size-matched control: as many pairs as were kept, drawn from all well-formed pairs, seeded
+    matched = read_squad(str(out / "unfiltered_matched.json"))
+    assert len(matched) == 1 and matched[0]["id"] in {e["id"] for e in read_squad(str(out / "unfiltered.json"))}
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [e["id"] for e in matched] == [r["id"] for r in pipeline.matched_sample(recs, 1, cfg.seed)]
+
+
+def test_matched_sample_is_seeded_in_file_order_and_never_larger_than_its_source():
+    recs = [{"id": str(i)} for i in range(10)]
+    a = pipeline.matched_sample(recs, 4, seed=3)
+    assert a == pipeline.matched_sample(recs, 4, seed=3) and len(a) == 4
+    assert [int(r["id"]) for r in a] == sorted(int(r["id"]) for r in a)
+    assert any(pipeline.matched_sample(recs, 4, seed=s) != a for s in range(4, 8))
+    assert pipeline.matched_sample(recs, 0, seed=3) == [] and pipeline.matched_sample(recs, 99, seed=3) == recs
 
 
 def test_question_generation_task_reads_squad(tmp_path):
@@ -134,9 +149,22 @@ def test_open_domain_reader_loop(tmp_path):
     assert [p["retrieved"] for p in per_q] == [True, True, False]
     for p in per_q:  # an untrained reader still answers with a span of a retrieved passage
         assert p["prediction"] and any(p["prediction"] in x for x in PASSAGES)
-    from mwb.evaluation.metrics import squad_scores
+    from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
     assert metrics["exact_match"] == squad_scores([p["prediction"] for p in per_q],
                                                   [p["answers"] for p in per_q])["exact_match"]
+    # per-question records pair two readers by id (the line in the file) and average to the corpus numbers
+    assert [p["id"] for p in per_q] == ["q0", "q1", "q2"]
+    for p in per_q:
+        assert p["exact_match"] == 100.0 * squad_exact_match(p["prediction"], p["answers"])
+        assert p["f1"] == pytest.approx(100.0 * squad_f1(p["prediction"], p["answers"]))
+    assert metrics["f1"] == pytest.approx(sum(p["f1"] for p in per_q) / 3)
+    _, sampled = open_domain_eval("untrained", str(qs), str(evidence), top_k=1, seq_length=64, base=bert, sample=2,
+                                  seed=0)
+    assert len(sampled) == 2 and {p["id"] for p in sampled} < {"q0", "q1", "q2"}  # a sample keeps the file's ids
+    again = open_domain_eval("untrained", str(qs), str(evidence), top_k=1, seq_length=64, base=bert)[1]
+    other = [open_domain_eval("untrained", str(qs), str(evidence), top_k=1, seq_length=64, base=bert,
+                              init_seed=s)[1] for s in (1, 2, 3)]
+    assert again == per_q and any(o != per_q for o in other)  # init_seed draws another fresh span head
 
 
 def test_question_selection_titled_and_sampled():
