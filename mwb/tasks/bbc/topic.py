@@ -5,6 +5,7 @@ The bundled default (no ``--data``) is the BBC News corpus of the ``corpus4class
 directory in its layout (``<topic>/NNN.txt``, headline on the first line). Input: ``[CLS] headline [SEP]
 article [SEP]``, the article truncated. Metrics: accuracy, next to the majority baseline (always
 guessing the split's most frequent topic), so a run shows how far above a constant guess it is.
+``--train-examples N --sample-seed K`` trains on a seeded sample of N training articles (dev and test stay whole).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 from mwb.core.errors import DataError
 from mwb.evaluation.metrics import accuracy
 
-from ..api.base import Task, pair_inputs
+from ..api.base import Option, Task, pair_inputs
 from ..api.records import example_ids
 from ..api.registry import register
 from ..api.spec import Finetuning
@@ -37,8 +38,16 @@ class BbcTopic(Task):
                             larger="A larger run: more of each article (--seq-length 256 or 512), --epochs 3, "
                                    "a larger encoder (--checkpoint hf:ORG/NAME).")
 
+    options = {**Task.options,
+               "train_examples": Option(int, 0, low=0, help="Training articles: a seeded sample of this many (0: all)."),
+               "sample_seed": Option(int, 0, low=0, help="Which seeded sample --train-examples takes.")}
+
     def read(self, path: str, split: str) -> list[dict]:
         articles = split_articles(read_articles(path), split)
+        n = self.opts["train_examples"]
+        if split == self.train_split and n and n < len(articles):  # a seeded sample, kept in corpus order
+            keep = np.random.default_rng([self.opts["sample_seed"], len(articles)]).permutation(len(articles))[:n]
+            articles = [articles[i] for i in sorted(keep)]
         unknown = sorted({a["topic"] for a in articles} - set(TOPICS))
         if unknown:
             raise DataError(f"{path}: unknown topic folder(s) {', '.join(unknown)} (expected {', '.join(TOPICS)})")

