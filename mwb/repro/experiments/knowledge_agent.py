@@ -26,17 +26,14 @@ conditions, so seeds replicate over conversations and pairs are formed per reply
 """
 from __future__ import annotations
 
-import os
-import shutil
-
 from mwb.core.errors import DataError
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, PlanSpec, Scale
+from ..api import CellResult, Comparison, DataOption, Paper, PlanSpec, Scale
 from ..registry import register
+from .dialogue_cells import DialogueCells
 
 SANTHANAM = Paper("Santhanam et al. 2020", "2010.10150", "Local Knowledge Powered Conversational Agents")
 NONE, RETRIEVED, RANDOM = "no-knowledge", "retrieved", "random-passages"
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 _TINY = {"checkpoint": "tiny", "tiny_shape": {"num_layers": 1, "hidden_size": 32, "num_attention_heads": 2}}
 
 SCALES = {
@@ -68,7 +65,7 @@ SCALES = {
 
 
 @register("knowledge-agent")
-class KnowledgeAgent(Experiment):
+class KnowledgeAgent(DialogueCells):
     papers = (SANTHANAM,)
     claim = ("Replies generated with passages retrieved from a local knowledge source in the prompt draw on that "
              "knowledge more (higher KF1 against the retrieved passage) than replies generated without knowledge, "
@@ -105,36 +102,10 @@ class KnowledgeAgent(Experiment):
 
     # ------------------------------------------------------------------------------------------ one cell
 
-    def cell_commands(self, condition, seed, scale, cell_dir, options) -> list:
-        p = scale.params
-        cmds, checkpoint = [], options.get("checkpoint") or p["checkpoint"]
-        if checkpoint == "tiny":
-            checkpoint = os.path.join(cell_dir, "base")
-            cmds.append(["mwb", "pretrain", "gpt", "--steps", "1",
-                         *[a for k, v in p["tiny_shape"].items() for a in ("--set", f"model.{k}={v}")],
-                         "--global-batch-size", "4", "--micro-batch-size", "4", "--seq-length", str(p["seq"]),
-                         "--eval-interval", "0", "--seed", str(seed), *LOGGING, "--out", checkpoint])
+    def condition_flags(self, condition, seed, scale, options) -> list:
         knowledge = {NONE: ["--top-k", "0"], RETRIEVED: ["--top-k", "1"],
                      RANDOM: ["--top-k", "1", "--random-knowledge", "--knowledge-seed", str(seed)]}[condition]
-        train = ["mwb", "finetune", "dialogue", "--checkpoint", checkpoint, "--knowledge",
-                 "--evidence", options.get("evidence") or p["evidence"], *knowledge,
-                 "--sample-seed", str(seed), "--train-examples", str(p["train"]), "--eval-examples", str(p["eval"]),
-                 "--epochs", "1", "--global-batch-size", str(p["batch"]), "--micro-batch-size", str(p["micro"]),
-                 "--seq-length", str(p["seq"]), "--lr", f"{p['lr']:g}", "--seed", str(seed),
-                 "--max-tokens", str(p["max_tokens"])]
-        if p.get("precision"):
-            train += ["--precision", p["precision"]]
-        if options.get("data"):
-            train += ["--data", options["data"]]
-        return cmds + [train + ["--keep-last", "1", *LOGGING, "--out", cell_dir]]
-
-    def run_cell(self, condition, seed, scale, cell_dir, options, invoke) -> CellResult:
-        """The cell's commands, its results read back, then its fine-tuned weights deleted (2 GB a cell at
-        SmolLM2's size; the replies, their records and ``results.json`` are what the report uses)."""
-        res = super().run_cell(condition, seed, scale, cell_dir, options, invoke)
-        for sub in ("checkpoints", "base"):
-            shutil.rmtree(os.path.join(cell_dir, sub), ignore_errors=True)
-        return res
+        return ["--knowledge", "--evidence", options.get("evidence") or scale.params["evidence"], *knowledge]
 
     def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:
         """``results.json``'s KF1, F1 and dev PPL and the per-reply records (``kf1`` needs them: a cell without

@@ -26,19 +26,16 @@ conditions, so seeds replicate over conversations and pairs are formed per reply
 """
 from __future__ import annotations
 
-import os
-import shutil
-
 from mwb.core.errors import DataError
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, PlanSpec, Scale
+from ..api import CellResult, Comparison, DataOption, Paper, PlanSpec, Scale
 from ..registry import register
+from .dialogue_cells import DialogueCells
 
 BOYD = Paper("Boyd et al. 2020", "2005.06114", "Large Scale Multi-Actor Generative Dialog Modeling")
 NONE, REFS = "no-references", "references"
 K = 3
 CANDIDATES = 5
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 _TINY = {"checkpoint": "tiny", "tiny_shape": {"num_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
                                             "max_position_embeddings": 320}}
 
@@ -69,7 +66,7 @@ SCALES = {
 
 
 @register("multi-actor")
-class MultiActor(Experiment):
+class MultiActor(DialogueCells):
     papers = (BOYD,)
     claim = ("Conditioning a dialogue model on reference utterances of the responding actor lowers the perplexity "
              "of that actor's replies and makes generated replies more recognisably that actor's than the same "
@@ -106,35 +103,9 @@ class MultiActor(Experiment):
 
     # ------------------------------------------------------------------------------------------ one cell
 
-    def cell_commands(self, condition, seed, scale, cell_dir, options) -> list:
-        p = scale.params
-        cmds, checkpoint = [], options.get("checkpoint") or p["checkpoint"]
-        if checkpoint == "tiny":
-            checkpoint = os.path.join(cell_dir, "base")
-            cmds.append(["mwb", "pretrain", "gpt", "--steps", "1",
-                         *[a for k, v in p["tiny_shape"].items() for a in ("--set", f"model.{k}={v}")],
-                         "--global-batch-size", "4", "--micro-batch-size", "4", "--seq-length", str(p["seq"]),
-                         "--eval-interval", "0", "--seed", str(seed), *LOGGING, "--out", checkpoint])
+    def condition_flags(self, condition, seed, scale, options) -> list:
         refs = {NONE: "0", REFS: str(K)}[condition]
-        train = ["mwb", "finetune", "dialogue", "--checkpoint", checkpoint, "--actors", "--references", refs,
-                 "--reply-ppl", "--ranker-candidates", str(CANDIDATES),
-                 "--sample-seed", str(seed), "--train-examples", str(p["train"]), "--eval-examples", str(p["eval"]),
-                 "--epochs", "1", "--global-batch-size", str(p["batch"]), "--micro-batch-size", str(p["micro"]),
-                 "--seq-length", str(p["seq"]), "--lr", f"{p['lr']:g}", "--seed", str(seed),
-                 "--max-tokens", str(p["max_tokens"])]
-        if p.get("precision"):
-            train += ["--precision", p["precision"]]
-        if options.get("data"):
-            train += ["--data", options["data"]]
-        return cmds + [train + ["--keep-last", "1", *LOGGING, "--out", cell_dir]]
-
-    def run_cell(self, condition, seed, scale, cell_dir, options, invoke) -> CellResult:
-        """The cell's commands, its results read back, then its fine-tuned weights deleted (2 GB a cell at
-        SmolLM2's size; the replies, their records and ``results.json`` are what the report uses)."""
-        res = super().run_cell(condition, seed, scale, cell_dir, options, invoke)
-        for sub in ("checkpoints", "base"):
-            shutil.rmtree(os.path.join(cell_dir, sub), ignore_errors=True)
-        return res
+        return ["--actors", "--references", refs, "--reply-ppl", "--ranker-candidates", str(CANDIDATES)]
 
     def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:
         """``results.json``'s numbers and the per-reply records; every record must carry ``reply_ppl``'s parts

@@ -23,6 +23,7 @@ reaches training.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections import defaultdict
@@ -202,3 +203,22 @@ def conversations_per_actor(conversations: list[dict]) -> dict[str, int]:
         for s in {t.speaker for t in c["turns"]}:
             counts[s] += 1
     return dict(counts)
+
+
+def is_wow(path: str) -> bool:
+    """A directory or a JSON list is Wizard of Wikipedia; a JSON object is chitchat."""
+    if os.path.isdir(path):
+        return True
+    if not os.path.isfile(path):
+        raise DataError(f"dialogue data not found: {path}")
+    with open(path, "rb") as f:  # bytes: a cut multi-byte character is not an error here
+        head = f.read(4096).lstrip()
+    return head.startswith(b"[")
+
+
+@functools.lru_cache(maxsize=2)
+def chitchat_splits(path: str, held_out: float) -> tuple[list, dict, dict]:
+    """chitchat read once per process: (conversations, splits, conversations per actor)."""
+    convs = read_chitchat(path)
+    parts = split_conversations(convs, held_out=frozenset(held_out_actors(convs, held_out)))
+    return convs, parts, conversations_per_actor(convs)

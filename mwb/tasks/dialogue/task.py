@@ -15,9 +15,7 @@ runs on the same replies pair item by item, which the dev loss during fine-tunin
 """
 from __future__ import annotations
 
-import functools
 import json
-import math
 import os
 import sys
 
@@ -31,25 +29,7 @@ from . import data as dd
 from . import examples as ex
 from .knowledge_sources import knowledge_path
 from .metrics import dialogue_scores, knowledge_f1, unigram_f1
-
-
-def is_wow(path: str) -> bool:
-    """A directory or a JSON list is Wizard of Wikipedia; a JSON object is chitchat."""
-    if os.path.isdir(path):
-        return True
-    if not os.path.isfile(path):
-        raise DataError(f"dialogue data not found: {path}")
-    with open(path, "rb") as f:  # bytes: a cut multi-byte character is not an error here
-        head = f.read(4096).lstrip()
-    return head.startswith(b"[")
-
-
-@functools.lru_cache(maxsize=2)
-def chitchat_splits(path: str, held_out: float) -> tuple[list, dict, dict]:
-    """chitchat read once per process: (conversations, splits, conversations per actor)."""
-    convs = dd.read_chitchat(path)
-    parts = dd.split_conversations(convs, held_out=frozenset(dd.held_out_actors(convs, held_out)))
-    return convs, parts, dd.conversations_per_actor(convs)
+from .reply_ppl import attach_reply_ids, reply_ppl_metrics, score_replies, split_results
 
 
 @register("dialogue")
@@ -108,13 +88,13 @@ class Dialogue(base.Task):
 
     def conversations(self, path: str, split: str) -> tuple[list[dict], list[dict], object]:
         """(conversations of ``split``, all conversations for the reference index, responder filter)."""
-        if is_wow(path):
+        if dd.is_wow(path):
             if split == "dev" and os.path.isdir(path) and \
                     not os.path.isfile(os.path.join(path, dd.WOW_FILES["valid_seen"])):
                 split = "seen"
             convs = dd.read_wow(dd.wow_file(path, split))
             return convs, convs, {"responder": "Wizard"}
-        convs, parts, per = chitchat_splits(path, self.opts["held_out_actors"])
+        convs, parts, per = dd.chitchat_splits(path, self.opts["held_out_actors"])
         if split not in parts:
             raise DataError(f"chitchat has splits {', '.join(parts)}, not '{split}'")
         eligible = {a for a, n in per.items() if n >= self.opts["min_conversations"]}
@@ -153,24 +133,17 @@ class Dialogue(base.Task):
         return {"prompt": example["prompt"], "target": " " + example["target"].strip()}
 
     def build(self, examples: list[dict], runner) -> list:
-        """The objective's generation items; with ``--reply-ppl`` each also carries the whole prompt's and the
-        gold reply's token ids, so whichever rank runs an item scores its reply too."""
+        """The objective's generation items; with ``--reply-ppl`` each also carries its prompt's and gold reply's
+        token ids (:mod:`.reply_ppl`), so whichever rank runs an item scores its reply too."""
         items = super().build(examples, runner)
         if self.opts["reply_ppl"]:
-            if not hasattr(runner, "token_logprobs"):
-                raise ConfigError("--reply-ppl scores the gold replies with a GPT; this checkpoint is not one")
-            eod = [runner.eod] if runner.eod is not None else []
-            for it, e in zip(items, examples):
-                x = self.inputs(e, None, 0)
-                it["context_ids"], it["reply_ids"] = runner.encode(x["prompt"]), runner.encode(x["target"]) + eod
+            attach_reply_ids(items, [self.inputs(e, None, 0) for e in examples], runner)
         return items
 
     def run(self, runner, items) -> list:
         """Greedy replies (the objective's); with ``--reply-ppl``, ``{"reply", "nll", "tokens"}`` per item."""
         replies = super().run(runner, items)
-        if not self.opts["reply_ppl"]:
-            return replies
-        return [{"reply": r, **reply_nll(runner, it["context_ids"], it["reply_ids"])} for r, it in zip(replies, items)]
+        return score_replies(runner, replies, items) if self.opts["reply_ppl"] else replies
 
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
         preds, scored = split_results(preds)
@@ -181,9 +154,7 @@ class Dialogue(base.Task):
         know = [e.get("knowledge_ref") for e in examples]
         out = dialogue_scores(preds, golds, know if any(know) else None)
         if scored is not None:
-            tokens = sum(t for _, t in scored)
-            out.update(reply_ppl=math.exp(sum(n for n, _ in scored) / tokens) if tokens else float("nan"),
-                       reply_tokens=tokens)
+            out.update(reply_ppl_metrics(scored))
         if self.opts["actors"] and self.opts["ranker_candidates"] > 1:
             from mwb.retrieval.system import minilm_dir
             from .actor_ranker import ActorRanker, consistency_hits
@@ -224,19 +195,3 @@ class Dialogue(base.Task):
         """``replies.jsonl`` beside results.json: every evaluated prompt, its generated and its gold reply."""
         return {"replies.jsonl": "".join(json.dumps(r) + "\n" for r in getattr(self, "samples", []))}
 
-
-def reply_nll(lm, prompt: list[int], reply: list[int]) -> dict:
-    """``{"nll", "tokens"}``: the summed negative log-likelihood (nats) of the gold ``reply`` ids (its tokens and
-    the closing end-of-document, the tokens fine-tuning's loss covers) given the ``prompt`` ids; a prompt too
-    long for the model's context (``max_length`` inputs predicting ``max_length`` targets) loses its beginning, as
-    in training (:func:`~mwb.tasks.api.generative_objective.gpt_sample`)."""
-    room = max(lm.max_length + 1 - len(reply), 1)
-    ids = list(prompt)[-room:] + list(reply)
-    return {"nll": -float(sum(lm.token_logprobs(ids)[len(ids) - len(reply):])), "tokens": len(reply)}
-
-
-def split_results(results: list) -> tuple[list[str], object]:
-    """``run``'s results as (replies, [(nll, tokens)] or None): with ``--reply-ppl`` each is a dict."""
-    if results and isinstance(results[0], dict):
-        return [r["reply"] for r in results], [(r["nll"], r["tokens"]) for r in results]
-    return list(results), None
