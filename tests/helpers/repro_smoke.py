@@ -37,3 +37,15 @@ def run_smoke(name: str, out: Path, *extra: str) -> tuple[dict, float]:
     finally:
         torch.set_num_threads(threads)
     return json.loads((out / "results.json").read_text()), cpu_seconds() - start
+
+
+def seed_predictions(out: Path, condition: str, seed: int) -> list[dict]:
+    """The per-item records the report paired for ``condition`` and ``seed`` (``OUT/predictions/…``)."""
+    from mwb.evaluation.predictions import read_predictions
+    return read_predictions(str(out / "predictions" / condition / f"seed{seed}.jsonl"))
+
+
+def assert_report_files(out: Path, name: str) -> None:
+    """Every file a finished run writes beside its cells, each with content."""
+    for f in ("report.md", "results.json", "commands.sh", "env.json", f"{name}.png"):
+        assert (out / f).stat().st_size > 100, f

@@ -12,13 +12,12 @@ import statistics
 import pytest
 
 from mwb.evaluation import stats
-from mwb.evaluation.predictions import read_predictions
 from mwb.repro.experiments.msdp import KNOWLEDGE_FREE, TWO_STAGE
 from mwb.repro.registry import get_experiment
 from mwb.tasks.dialogue.msdp_prompts import tokenized
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs
-from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
+from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, assert_report_files, run_smoke, seed_predictions
 from tests.tasks.dialogue.hand_f1 import hand_f1
 
 SEEDS = (0, 1)
@@ -34,19 +33,14 @@ def smoke(tmp_path_factory):
     return out, res, cpu
 
 
-def _preds(out, condition, seed):
-    return read_predictions(str(out / "predictions" / condition / f"seed{seed}.jsonl"))
-
-
 @needs_minilm
 def test_smoke_writes_every_file_within_budget(smoke):
     out, res, cpu = smoke
     assert cpu < SMOKE_CPU_SECONDS, cpu
-    for name in ("report.md", "results.json", "commands.sh", "env.json", "msdp.png"):
-        assert (out / name).stat().st_size > 100, name
+    assert_report_files(out, "msdp")
     for c in CONDITIONS:
         for s in SEEDS:
-            recs = _preds(out, c, s)
+            recs = seed_predictions(out, c, s)
             assert [r["id"].split("/")[0] for r in recs] == ["seen"] * 4 + ["unseen"] * 4  # both splits
             assert not (out / "cells" / c / f"seed{s}" / "base").exists()  # the tiny GPT is deleted
     assert res["seeds"] == list(SEEDS) and res["scale"] == "smoke" and res["paper"][0]["arxiv"] == "2203.08745"
@@ -60,7 +54,7 @@ def test_per_seed_values_are_those_recomputed_from_the_predictions(smoke):
     out, res = smoke[0], smoke[1]
     for c in CONDITIONS:
         for s in SEEDS:
-            recs = _preds(out, c, s)
+            recs = seed_predictions(out, c, s)
             f1 = [hand_f1(r["prediction"]["response"], tokenized(r["gold"]["response"])) for r in recs]
             kf1 = [hand_f1(r["prediction"]["response"], r["gold"]["knowledge"]) if r["gold"]["knowledge"] else 0.0
                    for r in recs]
@@ -78,7 +72,7 @@ def test_per_seed_values_are_those_recomputed_from_the_predictions(smoke):
 def test_conditions_score_the_same_turns_and_differ_in_generated_knowledge(smoke):
     out = smoke[0]
     for s in SEEDS:
-        free, staged = _preds(out, KNOWLEDGE_FREE, s), _preds(out, TWO_STAGE, s)
+        free, staged = seed_predictions(out, KNOWLEDGE_FREE, s), seed_predictions(out, TWO_STAGE, s)
         assert [(r["id"], r["gold"]) for r in free] == [(r["id"], r["gold"]) for r in staged]
         assert all(set(r["prediction"]) == {"response"} and "knowledge_f1" not in r for r in free)
         for r in staged:  # stage 1 wrote knowledge, scored against the gold knowledge
@@ -97,8 +91,8 @@ def test_the_comparisons_are_the_paired_tests_of_the_predictions(smoke):
         a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
         assert row["mean_a"] == pytest.approx(statistics.fmean(a))
         assert row["mean_b"] == pytest.approx(statistics.fmean(b))
-        again = stats.compare_runs([_preds(out, row["a"], s) for s in SEEDS],
-                                   [_preds(out, row["b"], s) for s in SEEDS], row["metric"])
+        again = stats.compare_runs([seed_predictions(out, row["a"], s) for s in SEEDS],
+                                   [seed_predictions(out, row["b"], s) for s in SEEDS], row["metric"])
         assert (row["test"], row["n_items"]) == (again.test, 16)
         assert row["p"] == pytest.approx(again.p) and row["diff"] == pytest.approx(again.diff)
         assert row["verdict"] == stats.verdict(row["p"], row["diff"], "greater")

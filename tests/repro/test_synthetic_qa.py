@@ -23,7 +23,7 @@ from mwb.retrieval.text import BUNDLED_REAL_QUESTIONS, read_questions
 from mwb.tasks.squad.data import read_squad
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs
-from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
+from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, assert_report_files, run_smoke, seed_predictions
 
 SEEDS = (0, 1)
 CONDITIONS = (UNTRAINED, UNFILTERED, FILTERED)
@@ -55,19 +55,14 @@ def smoke(tmp_path_factory):
     return out, res, cpu
 
 
-def _preds(out, condition, seed):
-    return read_predictions(str(out / "predictions" / condition / f"seed{seed}.jsonl"))
-
-
 @needs_models
 def test_smoke_writes_every_file_within_budget(smoke):
     out, res, cpu = smoke
     assert cpu < SMOKE_CPU_SECONDS, cpu
-    for name in ("report.md", "results.json", "commands.sh", "env.json", "synthetic-qa.png"):
-        assert (out / name).stat().st_size > 100, name
+    assert_report_files(out, "synthetic-qa")
     for c in CONDITIONS:
         for s in SEEDS:
-            assert len(_preds(out, c, s)) == 16
+            assert len(seed_predictions(out, c, s)) == 16
             assert not (out / "cells" / c / f"seed{s}" / "reader" / "checkpoints").exists()
     for s in SEEDS:  # the filter readers' weights are gone, their results stay
         for fold in (0, 1):
@@ -84,7 +79,7 @@ def test_per_seed_values_are_those_recomputed_from_the_predictions(smoke):
     out, res = smoke[0], smoke[1]
     for c in CONDITIONS:
         for s in SEEDS:
-            recs = _preds(out, c, s)
+            recs = seed_predictions(out, c, s)
             em = [hand_em(r["prediction"], r["answers"]) for r in recs]
             f1 = [hand_f1(r["prediction"], r["answers"]) for r in recs]
             assert [r["exact_match"] for r in recs] == em and [r["f1"] for r in recs] == pytest.approx(f1)
@@ -100,13 +95,13 @@ def test_conditions_answer_the_same_real_titled_questions(smoke):
     real = read_questions(BUNDLED_REAL_QUESTIONS)
     ids = {}
     for s in SEEDS:
-        base = _preds(out, UNTRAINED, s)
+        base = seed_predictions(out, UNTRAINED, s)
         ids[s] = [r["id"] for r in base]
         for r in base:  # the id is the question's line in the bundled file, and it names an article
             q = real[int(r["id"][1:])]
             assert (q["question"], q["answers"], q["names_title"]) == (r["question"], r["answers"], True)
         for c in CONDITIONS:
-            assert [(r["id"], r["answers"]) for r in _preds(out, c, s)] == [(r["id"], r["answers"]) for r in base]
+            assert [(r["id"], r["answers"]) for r in seed_predictions(out, c, s)] == [(r["id"], r["answers"]) for r in base]
     assert ids[0] != ids[1]  # each seed another sample of questions
 
 
@@ -145,8 +140,8 @@ def test_the_comparisons_are_the_paired_tests_of_the_predictions(smoke):
         a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
         assert row["mean_a"] == pytest.approx(statistics.fmean(a))
         assert row["mean_b"] == pytest.approx(statistics.fmean(b))
-        again = stats.compare_runs([_preds(out, row["a"], s) for s in SEEDS],
-                                   [_preds(out, row["b"], s) for s in SEEDS], row["metric"])
+        again = stats.compare_runs([seed_predictions(out, row["a"], s) for s in SEEDS],
+                                   [seed_predictions(out, row["b"], s) for s in SEEDS], row["metric"])
         assert (row["test"], row["n_items"]) == (again.test, 32)
         assert row["p"] == pytest.approx(again.p) and row["diff"] == pytest.approx(again.diff)
         assert row["verdict"] == stats.verdict(row["p"], row["diff"], "greater")
