@@ -49,3 +49,24 @@ def assert_report_files(out: Path, name: str) -> None:
     """Every file a finished run writes beside its cells, each with content."""
     for f in ("report.md", "results.json", "commands.sh", "env.json", f"{name}.png"):
         assert (out / f).stat().st_size > 100, f
+
+
+def assert_comparisons_recomputed(out: Path, res: dict, seeds, n_items: int) -> None:
+    """Each comparison row of ``results.json`` equals what :func:`mwb.evaluation.stats.compare_runs` computes
+    from the per-seed records it paired: the means over seeds, the test, its item count, p, diff and verdict
+    (every declared comparison here is in the paper's "greater" direction); the run's verdict is the headline's."""
+    import statistics
+
+    import pytest
+
+    from mwb.evaluation import stats
+    for row in res["comparisons"]:
+        a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
+        assert row["mean_a"] == pytest.approx(statistics.fmean(a))
+        assert row["mean_b"] == pytest.approx(statistics.fmean(b))
+        again = stats.compare_runs([seed_predictions(out, row["a"], s) for s in seeds],
+                                   [seed_predictions(out, row["b"], s) for s in seeds], row["metric"])
+        assert (row["test"], row["n_items"]) == (again.test, n_items)
+        assert row["p"] == pytest.approx(again.p) and row["diff"] == pytest.approx(again.diff)
+        assert row["verdict"] == stats.verdict(row["p"], row["diff"], "greater")
+    assert res["verdict"] == res["comparisons"][0]["verdict"]

@@ -11,13 +11,13 @@ import statistics
 
 import pytest
 
-from mwb.evaluation import stats
 from mwb.repro.experiments.msdp import KNOWLEDGE_FREE, TWO_STAGE
 from mwb.repro.registry import get_experiment
 from mwb.tasks.dialogue.msdp_prompts import tokenized
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs
-from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, assert_report_files, run_smoke, seed_predictions
+from tests.helpers.repro_smoke import (SMOKE_CPU_SECONDS, assert_comparisons_recomputed, assert_report_files,
+                                      run_smoke, seed_predictions)
 from tests.tasks.dialogue.hand_f1 import hand_f1
 
 SEEDS = (0, 1)
@@ -87,16 +87,7 @@ def test_the_comparisons_are_the_paired_tests_of_the_predictions(smoke):
     declared = [(c.a, c.b, c.metric, c.headline) for c in get_experiment("msdp").comparisons]
     assert declared == [(KNOWLEDGE_FREE, TWO_STAGE, "kf1", True), (KNOWLEDGE_FREE, TWO_STAGE, "f1", False)]
     assert [(r["a"], r["b"], r["metric"], r["headline"]) for r in res["comparisons"]] == declared
-    for row in res["comparisons"]:
-        a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
-        assert row["mean_a"] == pytest.approx(statistics.fmean(a))
-        assert row["mean_b"] == pytest.approx(statistics.fmean(b))
-        again = stats.compare_runs([seed_predictions(out, row["a"], s) for s in SEEDS],
-                                   [seed_predictions(out, row["b"], s) for s in SEEDS], row["metric"])
-        assert (row["test"], row["n_items"]) == (again.test, 16)
-        assert row["p"] == pytest.approx(again.p) and row["diff"] == pytest.approx(again.diff)
-        assert row["verdict"] == stats.verdict(row["p"], row["diff"], "greater")
-    assert res["verdict"] == res["comparisons"][0]["verdict"]
+    assert_comparisons_recomputed(out, res, SEEDS, 16)
 
 
 @needs_minilm

@@ -15,7 +15,6 @@ from collections import Counter
 
 import pytest
 
-from mwb.evaluation import stats
 from mwb.evaluation.predictions import read_predictions
 from mwb.repro.experiments.synthetic_qa import FILTERED, UNFILTERED, UNTRAINED
 from mwb.repro.registry import get_experiment
@@ -23,7 +22,8 @@ from mwb.retrieval.text import BUNDLED_REAL_QUESTIONS, read_questions
 from mwb.tasks.squad.data import read_squad
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs
-from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, assert_report_files, run_smoke, seed_predictions
+from tests.helpers.repro_smoke import (SMOKE_CPU_SECONDS, assert_comparisons_recomputed, assert_report_files,
+                                      run_smoke, seed_predictions)
 
 SEEDS = (0, 1)
 CONDITIONS = (UNTRAINED, UNFILTERED, FILTERED)
@@ -136,16 +136,7 @@ def test_the_comparisons_are_the_paired_tests_of_the_predictions(smoke):
     assert declared == [(UNFILTERED, FILTERED, "f1", True), (UNTRAINED, UNFILTERED, "f1", False),
                         (UNTRAINED, FILTERED, "exact_match", False)]
     assert [(r["a"], r["b"], r["metric"], r["headline"]) for r in res["comparisons"]] == declared
-    for row in res["comparisons"]:
-        a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
-        assert row["mean_a"] == pytest.approx(statistics.fmean(a))
-        assert row["mean_b"] == pytest.approx(statistics.fmean(b))
-        again = stats.compare_runs([seed_predictions(out, row["a"], s) for s in SEEDS],
-                                   [seed_predictions(out, row["b"], s) for s in SEEDS], row["metric"])
-        assert (row["test"], row["n_items"]) == (again.test, 32)
-        assert row["p"] == pytest.approx(again.p) and row["diff"] == pytest.approx(again.diff)
-        assert row["verdict"] == stats.verdict(row["p"], row["diff"], "greater")
-    assert res["verdict"] == res["comparisons"][0]["verdict"]
+    assert_comparisons_recomputed(out, res, SEEDS, 32)
 
 
 @needs_models
