@@ -7,15 +7,22 @@ clients against the same requests sent one at a time, and mwb's batch-16 generat
    lengths, greedy, ``--max-tokens`` each) are sent by N client threads (``--clients``, default 1, 4, 16, 64;
    N = 1 is one request at a time). Per N: requests/s, generated tokens/s, time to first token p50/p95
    (first streamed text), and the ratios to N = 1; the texts are checked to equal N = 1's.
+   ``--serving-rounds R`` passes over the client counts R times and reports medians, with each round's own
+   ratio, so that a change in the machine's speed during the run does not fall on one N only.
 2. **Batch 16.** The first 16 prompts through :func:`mwb.evaluation.generation.generate` at batch 16 and
    through ``transformers.generate`` on the same left-padded batch (the mwb checkpoint exported with
    ``mwb_to_hf``), greedy with no end-of-document stop so both do the same work; ``--rounds`` alternating
-   rounds, best and median tokens/s, the ratio of medians and how many rows' tokens agree.
+   rounds, best and median tokens/s, the ratio of medians and how many rows' tokens agree. On CPU mwb runs
+   twice per round: with its linears packed for oneDNN (how ``mwb serve`` loads a model,
+   :mod:`mwb.core.models.packed_linear`) and as plain ``F.linear`` (MKL, what ``transformers`` calls).
+
+``--no-pack`` serves with plain ``F.linear`` linears (the engine alone, without the packed GEMMs).
 
     python benchmarks/bench_serving.py            # smollm2-135m (installed named model), 64 requests × 32 tokens
     python benchmarks/bench_serving.py --quick    # tiny random Llama-shaped model, seconds: a smoke test
 
-The load average is printed before and after: on a shared machine the figures are only as good as it is quiet.
+The load average is printed before and after, and the CPU steal time of the run (time the hypervisor gave to
+other guests): on a shared machine the figures are only as good as it is quiet.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ from mwb.core.checkpoint import write_model_checkpoint
 from mwb.core.compose import build_model
 from mwb.core.config import RunConfig, update
 from mwb.core.convert import mwb_to_hf
+from mwb.core.models.packed_linear import pack_linears, unpack_linears
 from mwb.core.named_models import local_checkpoint
 from mwb.core.parallel.state import single_process_state
 from mwb.data import CORPUS_DIR
@@ -52,6 +60,17 @@ TINY = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_query
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to other guests (``/proc/stat``, all cores), 0 where not reported: on a
+    shared cloud machine it tells a slow run from a slow program."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def corpus_passages(count: int, shortest: int, step: int) -> list[str]:
@@ -118,58 +137,81 @@ def run_clients(base: str, prompts: list[str], clients: int, max_tokens: int) ->
             "texts": [r[2] for r in results]}
 
 
-def serving_table(lm, prompts: list[str], clients: list[int], max_tokens: int, config: EngineConfig) -> None:
+def serving_table(lm, prompts: list[str], clients: list[int], max_tokens: int, config: EngineConfig,
+                  rounds: int = 1) -> None:
+    """``rounds`` passes over the client counts (1, 4, 16, … then again), so a drift in the machine's speed
+    reaches every count alike; per count the medians over rounds, and the ratio to the first count both of
+    the medians and within each round."""
     server = make_server(lm, "127.0.0.1", 0, limits=Limits(max_prompts=1), quiet=True, engine_config=config)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = "http://%s:%d" % server.server_address[:2]
+    runs: dict[int, list[dict]] = {n: [] for n in clients}
     try:
         stream_one(base, prompts[0], 2)  # warm-up
-        rows = {n: run_clients(base, prompts, n, max_tokens) for n in clients}
+        for _ in range(rounds):
+            for n in clients:
+                runs[n].append(run_clients(base, prompts, n, max_tokens))
     finally:
         server.shutdown()
         server.server_close()
-    ref = rows[clients[0]]
+    ref_texts = runs[clients[0]][0]["texts"]
+    ref_rps = statistics.median(r["rps"] for r in runs[clients[0]])
     print(f"\n{len(prompts)} streamed requests × {max_tokens} tokens (greedy); engine: {config.batch_rows} rows, "
-          f"{config.prefill_tokens} prefill tokens per pass\n")
+          f"{config.prefill_tokens} prefill tokens per pass; {rounds} round(s) over the client counts, medians\n")
     print("| clients | wall (s) | requests/s | tokens/s | TTFT p50 (s) | TTFT p95 (s) | requests/s ratio | "
-          "texts equal |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for n, r in rows.items():
-        same = sum(a == b for a, b in zip(r["texts"], ref["texts"]))
-        print(f"| {n} | {r['wall']:.1f} | {r['rps']:.2f} | {r['tps']:.1f} | {r['p50']:.2f} | {r['p95']:.2f} | "
-              f"{r['rps'] / ref['rps']:.2f}x | {same}/{len(prompts)} |", flush=True)
+          "ratio in each round | texts equal |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for n, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in ("wall", "rps", "tps", "p50", "p95")}
+        each = ", ".join(f"{r['rps'] / b['rps']:.2f}x" for r, b in zip(rs, runs[clients[0]]))
+        same = min(sum(a == b for a, b in zip(r["texts"], ref_texts)) for r in rs)
+        print(f"| {n} | {med['wall']:.1f} | {med['rps']:.2f} | {med['tps']:.1f} | {med['p50']:.2f} | "
+              f"{med['p95']:.2f} | {med['rps'] / ref_rps:.2f}x | {each} | {same}/{len(prompts)} |", flush=True)
 
 
 # ------------------------------------------------------------------------------------------ part 2
 
 
 def batch_table(lm, hf, prompts: list[str], max_tokens: int, rounds: int) -> None:
+    """mwb at batch 16 with its linears as loaded (oneDNN-packed on CPU) and as plain ``F.linear``, against
+    ``transformers.generate``: the second row tells the packed GEMMs' share of the ratio from the rest."""
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, stop_at_eod=False)
     rows = [lm.encode(p) for p in prompts]
     width = max(len(r) for r in rows)
     ids = torch.tensor([[0] * (width - len(r)) + r for r in rows], device=lm.device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=lm.device)
-    rates: dict[str, list[float]] = {"mwb": [], "transformers": []}
-    ours = theirs = None
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        ours = [g.tokens for g in generate(lm, prompts, params, batch_size=len(prompts))]
-        rates["mwb"].append(sum(map(len, ours)) / (time.perf_counter() - t0))
-        t0 = time.perf_counter()
+    packed = bool(lm.packed_linears)
+    names = (["mwb (packed linears)", "mwb (F.linear)"] if packed else ["mwb"]) + ["transformers"]
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    tokens: dict[str, list] = {}
+
+    def ours() -> list:
+        return [g.tokens for g in generate(lm, prompts, params, batch_size=len(prompts))]
+
+    def theirs() -> list:
         with torch.no_grad():
             out = hf.generate(ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=False,
                               eos_token_id=None, pad_token_id=0)
-        theirs = out[:, width:].tolist()
-        rates["transformers"].append(sum(map(len, theirs)) / (time.perf_counter() - t0))
-    same = sum(a == b for a, b in zip(ours, theirs))
+        return out[:, width:].tolist()
+
+    for _ in range(rounds):
+        for name in names:
+            if name == "mwb (F.linear)":
+                unpack_linears(lm.model)
+            t0 = time.perf_counter()
+            tokens[name] = theirs() if name == "transformers" else ours()
+            rates[name].append(sum(map(len, tokens[name])) / (time.perf_counter() - t0))
+            if name == "mwb (F.linear)":
+                pack_linears(lm.model)
     print(f"\nbatch {len(prompts)}: {len(prompts)} prompts of {min(map(len, rows))}–{width} tokens, {max_tokens} "
           f"new tokens each (greedy, no stop), {rounds} alternating rounds\n")
-    print("| generator | best tokens/s | median tokens/s | ratio (medians) |")
-    print("| --- | --- | --- | --- |")
+    print("| generator | best tokens/s | median tokens/s | ratio (medians) | rows with transformers' tokens |")
+    print("| --- | --- | --- | --- | --- |")
     base = statistics.median(rates["transformers"])
     for name, r in rates.items():
-        print(f"| {name} | {max(r):.1f} | {statistics.median(r):.1f} | {statistics.median(r) / base:.2f}x |")
-    print(f"rows with the same tokens as transformers: {same}/{len(prompts)}")
+        same = sum(a == b for a, b in zip(tokens[name], tokens["transformers"]))
+        print(f"| {name} | {max(r):.1f} | {statistics.median(r):.1f} | {statistics.median(r) / base:.2f}x | "
+              f"{same}/{len(prompts)} |")
 
 
 def main() -> None:
@@ -181,9 +223,11 @@ def main() -> None:
     ap.add_argument("--batch-rows", type=int, default=EngineConfig.batch_rows)
     ap.add_argument("--prefill-tokens", type=int, default=EngineConfig.prefill_tokens)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the batch-16 comparison")
+    ap.add_argument("--serving-rounds", type=int, default=1, help="passes over the client counts (medians)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (fp32 either way)")
     ap.add_argument("--skip-transformers", action="store_true", help="only the serving table")
+    ap.add_argument("--no-pack", action="store_true", help="plain F.linear linears (default on CPU: oneDNN-packed)")
     ap.add_argument("--quick", action="store_true", help="tiny random model, 8 requests × 8 tokens, clients 1,4")
     args = ap.parse_args()
     if args.quick:
@@ -192,15 +236,18 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     clients = [int(c) for c in args.clients.split(",")]
+    steal_start = steal_seconds()
     tmp = tempfile.mkdtemp(prefix="mwb-bench-serving-")
     try:
         ckpt = tiny_checkpoint(os.path.join(tmp, "tiny")) if args.quick else local_checkpoint(args.checkpoint)
         print(f"model {'tiny random (--quick)' if args.quick else args.checkpoint} on {args.device}; torch "
               f"threads {torch.get_num_threads()}; load average {load_average()}", flush=True)
-        _, lm = load_language_model(ckpt, device=torch.device(args.device))
+        _, lm = load_language_model(ckpt, device=torch.device(args.device),
+                                    pack_weights=False if args.no_pack else None)
+        print(f"linears packed for oneDNN: {lm.packed_linears}", flush=True)
         prompts = corpus_passages(args.requests, 40, 30)
         config = EngineConfig(batch_rows=args.batch_rows, prefill_tokens=args.prefill_tokens)
-        serving_table(lm, prompts, clients, args.max_tokens, config)
+        serving_table(lm, prompts, clients, args.max_tokens, config, args.serving_rounds)
         if not args.skip_transformers:
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging as hf_logging
@@ -210,7 +257,8 @@ def main() -> None:
             batch_table(lm, hf, prompts[:16], args.max_tokens, args.rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\nload average at the end {load_average()}")
+    print(f"\nload average at the end {load_average()}; CPU steal time during the run "
+          f"{steal_seconds() - steal_start:.1f} s (all cores)")
 
 
 if __name__ == "__main__":

@@ -29,9 +29,12 @@ import click
               help="Prompt tokens per prefill pass (longer prompts are prefilled in chunks between decoding steps).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Split the model over N local tensor-parallel ranks (the heads must divide by N).")
+@click.option("--pack-weights/--no-pack-weights", default=None,
+              help="Run the linears through oneDNN on weights packed once at load (default: on CPU; "
+                   "faster decoding, one more copy of the weights in memory).")
 @click.option("--quiet", is_flag=True, help="Do not log each request.")
 def serve(checkpoint, host, port, tokenizer, model_name, max_tokens_limit, max_queue, batch_rows, kv_tokens,
-          prefill_tokens, nproc, quiet):
+          prefill_tokens, nproc, pack_weights, quiet):
     from mwb.core.errors import MwbError
     from mwb.evaluation.chat_format import chat_format_for
     from mwb.evaluation.engine import EngineConfig
@@ -46,9 +49,9 @@ def serve(checkpoint, host, port, tokenizer, model_name, max_tokens_limit, max_q
     if nproc > 1:
         from mwb.core.training.launch import launch
         from mwb.evaluation.serve_ranks import serve_rank
-        launch(serve_rank, nproc, checkpoint, tokenizer, host, port, name, limits, engine, quiet)
+        launch(serve_rank, nproc, checkpoint, tokenizer, host, port, name, limits, engine, quiet, pack_weights)
         return
-    _, lm = load_language_model(checkpoint, tokenizer)
+    _, lm = load_language_model(checkpoint, tokenizer, pack_weights=pack_weights)
     try:
         chat_format = chat_format_for(tokenizer or lm.tokenizer.path)
         server = make_server(lm, host, port, name, limits, quiet=quiet, chat_format=chat_format,

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mwb.core.models.packed_linear import pack_linears
 from mwb.core.models.transformer import KVCache
 from mwb.core.parallel.collectives import gather_from_tp, group_size
 
@@ -40,10 +41,13 @@ class LanguageModel:
 
     ``state`` is the rank's :class:`~mwb.core.parallel.ParallelState` (``None`` = one process). Pipeline
     parallelism is not supported here: the model must hold the embedding and the head.
+    ``pack_weights``: run the model's linears on CPU through oneDNN with packed weights
+    (:mod:`mwb.core.models.packed_linear`; faster generation, one more copy of the weights in memory). Only
+    for a model that is no longer trained: the loaders of ``mwb eval/generate/serve`` pass it on CPU.
     """
 
     def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
-                 max_length: Optional[int] = None) -> None:
+                 max_length: Optional[int] = None, pack_weights: bool = False) -> None:
         check_whole_model(model, state)
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -53,6 +57,7 @@ class LanguageModel:
         cfg = getattr(model, "cfg", None)
         learned = cfg is not None and cfg.position_embedding == "learned"
         self.max_length = max_length or (cfg.max_position_embeddings if learned else 1 << 30)
+        self.packed_linears = pack_linears(model) if pack_weights else 0
 
     @property
     def tp_group(self):

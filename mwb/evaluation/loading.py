@@ -35,8 +35,11 @@ def resolve_checkpoint(checkpoint: Optional[str], say: Callable[[str], None] = p
     return run
 
 
-def load_language_model(checkpoint: str, tokenizer: Optional[str] = None, device=None):
-    """``(run config, LanguageModel)`` for a GPT checkpoint; ``tokenizer`` overrides the stored one."""
+def load_language_model(checkpoint: str, tokenizer: Optional[str] = None, device=None,
+                        pack_weights: Optional[bool] = None):
+    """``(run config, LanguageModel)`` for a GPT checkpoint; ``tokenizer`` overrides the stored one.
+    ``pack_weights`` (default: on CPU) packs the linears for oneDNN (:mod:`mwb.core.models.packed_linear`):
+    the model is loaded for inference only."""
     import torch
 
     from mwb.core.compose import load_full_model
@@ -53,4 +56,5 @@ def load_language_model(checkpoint: str, tokenizer: Optional[str] = None, device
     if not tok_path:
         raise ConfigError(f"{checkpoint} names no tokenizer: pass --tokenizer PATH")
     tok = load_tokenizer(tok_path)
-    return cfg, LanguageModel(model, tok, device=device)
+    pack = torch.device(device).type == "cpu" if pack_weights is None else pack_weights
+    return cfg, LanguageModel(model, tok, device=device, pack_weights=pack)

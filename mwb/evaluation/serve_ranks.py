@@ -11,6 +11,8 @@ import signal
 import sys
 from typing import Optional
 
+import torch
+
 from mwb.core.checkpoint.reader import copy_full_tensors
 from mwb.core.compose import build_model, full_state
 from mwb.core.config import ConfigError
@@ -26,8 +28,10 @@ from .openai_requests import Limits
 from .server import make_server
 
 
-def load_sharded_language_model(checkpoint: str, tokenizer: Optional[str], state, device) -> LanguageModel:
-    """This rank's tensor-parallel shard of a GPT checkpoint, as a :class:`LanguageModel`."""
+def load_sharded_language_model(checkpoint: str, tokenizer: Optional[str], state, device,
+                                pack_weights: Optional[bool] = None) -> LanguageModel:
+    """This rank's tensor-parallel shard of a GPT checkpoint, as a :class:`LanguageModel`; ``pack_weights``
+    (default: on CPU) packs its linears for oneDNN (:mod:`mwb.core.models.packed_linear`)."""
     cfg, vocab, tensors, stored = full_state(checkpoint)
     if cfg.model.arch != "gpt":
         raise ConfigError(f"{checkpoint} holds a '{cfg.model.arch}' model; serving needs a GPT (decoder-only) model")
@@ -41,7 +45,8 @@ def load_sharded_language_model(checkpoint: str, tokenizer: Optional[str], state
             raise ConfigError(f"{checkpoint} has no tensor {name} (its model settings differ)")
         return tensors[name]
     copy_full_tensors([model], get, vocab, cfg.model.tie_embeddings, source=str(checkpoint))
-    return LanguageModel(model.eval(), load_tokenizer(tok_path), state=state, device=device)
+    return LanguageModel(model.eval(), load_tokenizer(tok_path), state=state, device=device,
+                         pack_weights=torch.device(device).type == "cpu" if pack_weights is None else pack_weights)
 
 
 def _noted(signum, frame):
@@ -60,7 +65,7 @@ def _stop(signum, frame):
 
 
 def serve_rank(checkpoint: str, tokenizer: Optional[str], host: str, port: int, model_name: str, limits: Limits,
-               config: EngineConfig, quiet: bool) -> None:
+               config: EngineConfig, quiet: bool, pack_weights: Optional[bool] = None) -> None:
     """One rank of ``mwb serve --nproc N`` (TP = N)."""
     rank, world, device = init_distributed()
     state = build_state(ParallelDims(world_size=world, tp=world))
@@ -68,7 +73,7 @@ def serve_rank(checkpoint: str, tokenizer: Optional[str], host: str, port: int, 
     if not leader:
         signal.signal(signal.SIGINT, _noted)
         signal.signal(signal.SIGTERM, _noted)
-    lm = load_sharded_language_model(checkpoint, tokenizer, state, device)
+    lm = load_sharded_language_model(checkpoint, tokenizer, state, device, pack_weights)
     engine = ServingEngine(lm, config, start=False)
     if not leader:
         engine.follow()

@@ -51,14 +51,26 @@ def test_eval_lambada_and_wikitext(checkpoint, eval_lm, capsys, tmp_path):
     assert "wikitext adjusted_perplexity" in out
 
 
-def test_generate_cli(checkpoint, eval_lm, capsys):
+def test_generate_cli(checkpoint, eval_lm, capsys, monkeypatch):
+    import mwb.evaluation.lm as lm_module
     from mwb.evaluation.generation import SamplingParams, generate
+    packed = []  # models whose linears were packed: by default on CPU, not with --no-pack-weights
+    real_pack = lm_module.pack_linears
+    monkeypatch.setattr(lm_module, "pack_linears", lambda model: packed.append(model) or real_pack(model))
     code, out, err = _run(["generate", "--checkpoint", checkpoint, "--prompt", "The baker", "--prompt", "Tom",
                            "--max-tokens", "5", "--temperature", "0", "--json"], capsys)
     assert code == 0, err
     rows = [json.loads(line) for line in out.strip().splitlines()]
     want = generate(eval_lm, ["The baker", "Tom"], SamplingParams(max_tokens=5, temperature=0))
     assert [r["tokens"] for r in rows] == [g.tokens for g in want]
+    assert [lp for r in rows for lp in r["logprobs"]] == pytest.approx([lp for g in want for lp in g.logprobs],
+                                                                       abs=1e-4)
+    assert len(packed) == 1
+    code, out, err = _run(["generate", "--checkpoint", checkpoint, "--prompt", "The baker", "--prompt", "Tom",
+                           "--max-tokens", "5", "--temperature", "0", "--json", "--no-pack-weights"], capsys)
+    assert code == 0, err
+    assert [json.loads(line)["tokens"] for line in out.strip().splitlines()] == [g.tokens for g in want]
+    assert len(packed) == 1
     code, out, err = _run(["generate", "--checkpoint", checkpoint, "--prompt", "The baker", "--prompt", "Tom",
                            "--max-tokens", "5", "--seed", "3", "--n", "2", "--batch-size", "3", "--json"], capsys)
     assert code == 0, err
