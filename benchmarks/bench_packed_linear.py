@@ -1,8 +1,9 @@
 """One linear layer's product on CPU at the shapes of a decoding step: ``F.linear`` (MKL ``sgemm``), oneDNN's
 inner product on the plain weight, oneDNN on a weight packed once, and
 :class:`~mwb.core.models.packed_linear.PackedGemm` (what ``mwb serve/generate/eval`` use on CPU: the packed
-product, or ``F.linear`` below ``MIN_PACKED_MACS``). Times are medians of ``--repeats`` timed batches of calls; every ratio is to ``F.linear`` in the same run.
-The largest difference of the packed product to ``F.linear`` is printed too.
+product, or ``F.linear`` below ``MIN_PACKED_MACS``). Times are medians of ``--repeats`` timed batches of
+calls; every ratio is to ``F.linear`` in the same run. The largest difference of the packed product to
+``F.linear`` is printed too.
 
     python benchmarks/bench_packed_linear.py                   # SmolLM2-135M's shapes, 16 and 1 rows
     python benchmarks/bench_packed_linear.py --hidden 2048 --ffn 8192 --vocab 50304 --rows 16
