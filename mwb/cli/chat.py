@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from .options import pack_weights_option
+
 HELP = ("commands: /knowledge shows the passages retrieved for the last turn, /reset starts over, "
         "/quit (or Ctrl-D) exits")
 
@@ -28,11 +30,12 @@ HELP = ("commands: /knowledge shows the passages retrieved for the last turn, /r
 @click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--system", default=None, help="System prompt (default: a short friendly-partner instruction).")
+@pack_weights_option
 @click.option("--layout", type=click.Choice(["chat", "dialogue"]), default="chat", show_default=True,
               help="chat: the model's chat template (or the plain format); dialogue: the 'Conversation: A:/B:' "
                    "layout `mwb finetune dialogue` trains on.")
 def chat(checkpoint, tokenizer, knowledge, actor, references, top_k, max_tokens, temperature, top_p, seed, system,
-         layout):
+         pack_weights, layout):
     from mwb.evaluation.chat_format import chat_format_for
     from mwb.evaluation.loading import load_language_model
     from mwb.tasks.dialogue.chat_session import (DEFAULT_SYSTEM, ChatSession, ChatSettings, KnowledgeBase,
@@ -42,7 +45,7 @@ def chat(checkpoint, tokenizer, knowledge, actor, references, top_k, max_tokens,
     refs = actor_references(actor, references, say) if actor else ()
     kb = KnowledgeBase(knowledge) if knowledge else None
     say(f"loading {checkpoint} ...")
-    _, lm = load_language_model(checkpoint, tokenizer)
+    _, lm = load_language_model(checkpoint, tokenizer, pack_weights=pack_weights)
     fmt = chat_format_for(tokenizer or lm.tokenizer.path)
     settings = ChatSettings(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
                             system=DEFAULT_SYSTEM if system is None else system, top_k_passages=top_k)

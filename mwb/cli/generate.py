@@ -6,6 +6,8 @@ import json
 
 import click
 
+from .options import pack_weights_option
+
 
 @click.group(invoke_without_command=True, help="Generate text from a GPT checkpoint. --temperature 0 is greedy "
                                                "decoding. `mwb generate story --help`: knowledge-grounded stories.")
@@ -24,9 +26,7 @@ import click
               help="Sequences decoded together (continuous batching on a preallocated KV cache); does not change "
                    "the output.")
 @click.option("--tokenizer", default=None, help="Override the checkpoint's tokenizer.")
-@click.option("--pack-weights/--no-pack-weights", default=None,
-              help="Run the linears through oneDNN on weights packed once at load (default: on CPU; "
-                   "faster decoding, one more copy of the weights in memory).")
+@pack_weights_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per completion (text, tokens, logprobs).")
 @click.pass_context
 def generate(ctx, checkpoint, prompts, max_tokens, temperature, top_k, top_p, stops, seed, n, batch_size, tokenizer,

@@ -1,4 +1,5 @@
-"""Flags shared by every training command (INTERFACE.md) and how they become a :class:`RunConfig`.
+"""Flags shared by every training command (INTERFACE.md) and how they become a :class:`RunConfig`; and the one
+flag the inference commands share (:data:`pack_weights_option`).
 
 Precedence, lowest first: built-in preset → the run's saved ``config.yaml`` (with ``--resume``) →
 ``--config FILE.yaml`` → explicit flags → ``--set KEY=VALUE``. Flags default to None so that only what the
@@ -25,6 +26,12 @@ FLAG_TO_KEY = {
     "rampup_batch_size": "train.rampup_batch_size", "lora": "lora.rank", "lora_alpha": "lora.alpha",
     "lora_dropout": "lora.dropout", "lora_targets": "lora.targets", "pack": "train.pack",
 }
+
+
+pack_weights_option = click.option(
+    "--pack-weights/--no-pack-weights", default=None,
+    help="Run the linears through oneDNN on weights packed once at load (default: on CPU; faster decoding, one "
+         "more copy of the weights in memory).")
 
 
 def training_options(fn):

@@ -7,6 +7,8 @@ import os
 
 import click
 
+from .options import pack_weights_option
+
 
 @click.command(help="Serve a GPT checkpoint over an OpenAI-compatible HTTP API (POST /v1/completions, "
                     "POST /v1/chat/completions with streaming, GET /v1/models). Chat messages use the model's "
@@ -29,9 +31,7 @@ import click
               help="Prompt tokens per prefill pass (longer prompts are prefilled in chunks between decoding steps).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Split the model over N local tensor-parallel ranks (the heads must divide by N).")
-@click.option("--pack-weights/--no-pack-weights", default=None,
-              help="Run the linears through oneDNN on weights packed once at load (default: on CPU; "
-                   "faster decoding, one more copy of the weights in memory).")
+@pack_weights_option
 @click.option("--quiet", is_flag=True, help="Do not log each request.")
 def serve(checkpoint, host, port, tokenizer, model_name, max_tokens_limit, max_queue, batch_rows, kv_tokens,
           prefill_tokens, nproc, pack_weights, quiet):
