@@ -71,6 +71,11 @@ class PackedGemm:
         self.key: tuple = ()
         self.pack(weight)
 
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the packed tensor behind (oneDNN's opaque tensors have no storage to copy);
+        the copy packs its own weight at its first product."""
+        return {"packed": None, "key": ()}
+
     @staticmethod
     def _key(w: torch.Tensor) -> tuple:
         return (w.data_ptr(), w._version, w.dtype, tuple(w.shape))

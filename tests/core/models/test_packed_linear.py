@@ -129,6 +129,22 @@ def test_tensor_parallel_gemm_is_packed_and_fp8_gemm_left_alone(counted):
 
 
 @needs_onednn
+def test_a_deep_copy_or_pickle_packs_its_own_weight(counted):
+    import copy
+    import pickle
+    lin = _linear(True)
+    pack_linears(lin)
+    x = torch.randn(3, 24, generator=torch.Generator().manual_seed(9))
+    for twin in (copy.deepcopy(lin), pickle.loads(pickle.dumps(lin))):
+        assert type(twin) is PackedLinear and twin.packed_gemm.packed is None
+        with torch.no_grad():
+            twin.weight.mul_(3.0)  # its own weight: the original's products must not change
+            torch.testing.assert_close(twin(x), F.linear(x, twin.weight, twin.bias), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert len(counted) == 4
+
+
+@needs_onednn
 def test_unpack_restores_plain_linears_and_state_dict():
     lin = _linear(True)
     before = {k: v.clone() for k, v in lin.state_dict().items()}
