@@ -68,6 +68,18 @@ def test_packed_linear_equals_f_linear(bias, shape, counted):
     assert counted == [shape, shape]
 
 
+@pytest.mark.skipif(not packing_available(torch.bfloat16), reason="oneDNN bf16 linear unavailable on this CPU")
+def test_bf16_linear_is_packed_and_equals_f_linear(counted):
+    lin = _linear(True).to(torch.bfloat16)
+    x = torch.randn(6, 24, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    want = F.linear(x.float(), lin.weight.float(), lin.bias.float())
+    assert pack_linears(lin) == 1
+    with torch.no_grad():
+        got = lin(x)
+    assert got.dtype == torch.bfloat16 and counted == [(6, 24)]
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=5e-2)
+
+
 @needs_onednn
 def test_autograd_takes_f_linear_bitwise_and_gradients_flow(counted):
     lin, ref = _linear(True), _linear(True)
