@@ -29,6 +29,8 @@ from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
 
 SCALES = ("smoke", "cpu", "gpu", "paper")
+# Appended to every mwb command a cell runs: a cell's run directory keeps its metrics, not plots or event files.
+LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 DIRECTIONS = ("greater", "less")
 NAME = re.compile(r"[a-z0-9][a-z0-9._+-]*")
 

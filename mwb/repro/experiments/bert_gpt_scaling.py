@@ -32,7 +32,7 @@ from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
 from mwb.tasks.bio.wnut16 import DATA as WNUT16
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, PlanSpec, Scale
+from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, PlanSpec, Scale
 from ..registry import register
 from . import bert_gpt_scaling_scales as gs
 from .biomegatron_scales import last_train_value, sets
@@ -40,7 +40,6 @@ from .biomegatron_scales import last_train_value, sets
 SHOEYBI = Paper("Shoeybi et al. 2019", "1909.08053",
                 "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism")
 SMALL, MEDIUM, LARGE = gs.SIZES
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 METRICS = ("bbc_accuracy", "wnut_f1") + gs.PAPER_METRICS
 
 

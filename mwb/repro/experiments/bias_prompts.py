@@ -32,7 +32,7 @@ from mwb.core.errors import DataError
 from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, Scale
+from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, Scale
 from ..registry import register
 from . import bias_prompts_report as bpr
 
@@ -42,7 +42,6 @@ SHOTS = (0, 2, 4, 8)
 CAL = "-cal"
 CONDITIONS = tuple(f"k{k}" for k in SHOTS) + tuple(f"k{k}{CAL}" for k in SHOTS)
 METRICS = ("accuracy", "macro_f1", "positive_rate")
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 SELECTIONS = ("random", "balanced", "nearest")
 STAMP = ".command.json"  # beside a shared run directory: the argv that finished writing it
 

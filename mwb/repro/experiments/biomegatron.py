@@ -33,7 +33,7 @@ from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
 from mwb.retrieval.text import BUNDLED_EVIDENCE
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, PaperValue, PlanSpec, Scale
+from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, PaperValue, PlanSpec, Scale
 from ..registry import register
 from . import biomegatron_scales as bs
 
@@ -41,7 +41,6 @@ SHIN = Paper("Shin et al. 2020", "2010.06060", "BioMegatron: Larger Biomedical D
 CONDITIONS = ("general-cased", "general-uncased", "bio-cased", "bio-uncased")
 NER_METRICS = ("f1", "precision", "recall")
 VOCAB_METRICS = ("pieces_per_word", "words_whole", "terms_whole", "term_pieces_per_word")
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 
 T1 = ("Shin et al. 2020, Table 1, BC5CDR-chem test entity F1 (conlleval; gold labels, not silver), fine-tuned "
       "30 epochs at lr 5e-5, max-seq-length 128: ")

@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..api import CellResult, Experiment
-
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
+from ..api import LOGGING, CellResult, Experiment
 
 
 class DialogueCells(Experiment):

@@ -34,14 +34,13 @@ from mwb.core.errors import DataError
 from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, Scale
+from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, Scale
 from ..registry import register
 
 LIU = Paper("Liu et al. 2022", "2203.08745", "Multi-Stage Prompting for Knowledgeable Dialogue Generation")
 KNOWLEDGE_FREE, TWO_STAGE = "knowledge-free", "two-stage"
 SPLITS = ("seen", "unseen")
 MEGATRON_SEED = 1234  # the stage-2 shuffle seed of Megatron's tasks/msdp (the task's default)
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 _TINY = {"num_layers": 1, "max_position_embeddings": 2048}
 
 SCALES = {

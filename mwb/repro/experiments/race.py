@@ -30,14 +30,13 @@ from mwb.core.data.bundled import corpus_file
 from mwb.core.errors import DataError
 from mwb.tasks.race.sample import write_race_sample
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, PaperValue, PlanSpec, Scale
+from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, PaperValue, PlanSpec, Scale
 from ..registry import register
 
 SHOEYBI = Paper("Shoeybi et al. 2019", "1909.08053",
                 "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism")
 RANDOM, PRETRAINED = "random-init", "pretrained"
 METRICS = ("accuracy", "accuracy_middle", "accuracy_high")
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 # all-MiniLM-L6-v2's shape on top of the bert-base preset (learned positions, 512, vocabulary 30,522); the LM head
 # stays (the init run trains masked LM for its one lr-0 step) and fine-tuning does not use it
 MINILM_SHAPE = {"num_layers": 6, "hidden_size": 384, "num_attention_heads": 12, "ffn_hidden_size": 1536,

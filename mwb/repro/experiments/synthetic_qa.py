@@ -41,13 +41,12 @@ from typing import Optional
 
 from mwb.core.errors import DataError
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, Scale
+from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, Scale
 from ..registry import register
 
 PURI = Paper("Puri et al. 2020", "2002.09599", "Training Question Answering Models From Synthetic Data")
 UNTRAINED, UNFILTERED, FILTERED = "untrained", "unfiltered", "filtered"
 TRAIN_FILE = {UNFILTERED: "unfiltered_matched.json", FILTERED: "synthetic.json"}
-LOGGING = ("--set", "logging.tensorboard=false", "--set", "logging.plot=false", "--set", "logging.progress=false")
 READER = "minilm-l6"
 
 _COMMON = {"generator": "smollm2-135m", "qg_shots": 2, "context": "sentence", "filter_metric": "f1",
