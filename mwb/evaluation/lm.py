@@ -42,12 +42,13 @@ class LanguageModel:
     ``state`` is the rank's :class:`~mwb.core.parallel.ParallelState` (``None`` = one process). Pipeline
     parallelism is not supported here: the model must hold the embedding and the head.
     ``pack_weights``: run the model's linears on CPU through oneDNN with packed weights
-    (:mod:`mwb.core.models.packed_linear`; faster generation, one more copy of the weights in memory). Only
-    for a model that is no longer trained: the loaders of ``mwb eval/generate/serve`` pass it on CPU.
+    (:mod:`mwb.core.models.packed_linear`; faster generation, one more copy of the weights in memory); ``None``
+    packs when ``device`` is the CPU. Only for a model that is no longer trained: the loaders of
+    ``mwb eval/generate/serve`` pass ``None`` (or the user's choice), everything else keeps the default, off.
     """
 
     def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
-                 max_length: Optional[int] = None, pack_weights: bool = False) -> None:
+                 max_length: Optional[int] = None, pack_weights: Optional[bool] = False) -> None:
         check_whole_model(model, state)
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -57,6 +58,8 @@ class LanguageModel:
         cfg = getattr(model, "cfg", None)
         learned = cfg is not None and cfg.position_embedding == "learned"
         self.max_length = max_length or (cfg.max_position_embeddings if learned else 1 << 30)
+        if pack_weights is None:
+            pack_weights = torch.device(self.device).type == "cpu"
         self.packed_linears = pack_linears(model) if pack_weights else 0
 
     @property

@@ -56,5 +56,4 @@ def load_language_model(checkpoint: str, tokenizer: Optional[str] = None, device
     if not tok_path:
         raise ConfigError(f"{checkpoint} names no tokenizer: pass --tokenizer PATH")
     tok = load_tokenizer(tok_path)
-    pack = torch.device(device).type == "cpu" if pack_weights is None else pack_weights
-    return cfg, LanguageModel(model, tok, device=device, pack_weights=pack)
+    return cfg, LanguageModel(model, tok, device=device, pack_weights=pack_weights)

@@ -11,8 +11,6 @@ import signal
 import sys
 from typing import Optional
 
-import torch
-
 from mwb.core.checkpoint.reader import copy_full_tensors
 from mwb.core.compose import build_model, full_state
 from mwb.core.config import ConfigError
@@ -46,7 +44,7 @@ def load_sharded_language_model(checkpoint: str, tokenizer: Optional[str], state
         return tensors[name]
     copy_full_tensors([model], get, vocab, cfg.model.tie_embeddings, source=str(checkpoint))
     return LanguageModel(model.eval(), load_tokenizer(tok_path), state=state, device=device,
-                         pack_weights=torch.device(device).type == "cpu" if pack_weights is None else pack_weights)
+                         pack_weights=pack_weights)
 
 
 def _noted(signum, frame):
