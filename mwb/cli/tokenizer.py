@@ -69,7 +69,7 @@ def report(tokenizers, texts, terms, json_keys, json_out):
     """Compare TOKENIZERS on held-out text: pieces per word, words and domain terms kept whole."""
     import json
 
-    from mwb.core.checkpoint.format import atomic_write_text
+    from mwb.core.atomic import atomic_write_text
     from mwb.core.data.readers import iter_texts
     from mwb.core.tokenizers import load_tokenizer
     from mwb.core.tokenizers.report import format_report, vocab_report, word_counts

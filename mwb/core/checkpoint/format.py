@@ -36,15 +36,6 @@ def shard_name(rank: int) -> str:
 # ---------------------------------------------------------------------------------------- atomic writes
 
 
-def atomic_write_text(path: str, text: str) -> None:
-    tmp = path + ".partial"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_safetensors(tensors: dict, path: str) -> int:
     """Write ``tensors`` (each made contiguous and unshared) atomically; returns the file's byte size."""
     from safetensors.torch import save_file

@@ -31,8 +31,9 @@ import torch.distributed as dist
 
 from ..parallel.random import capture_rng_state
 from ..parallel.stage_copies import is_secondary_copy
-from .format import (FORMAT, METADATA, TOKENIZER_SIBLINGS, atomic_write_text, commit_directory, copy_extra, rng_split,
-                     shard_name, staging_dir, write_safetensors)
+from ..atomic import atomic_write_text
+from .format import (FORMAT, METADATA, TOKENIZER_SIBLINGS, commit_directory, copy_extra, rng_split, shard_name,
+                     staging_dir, write_safetensors)
 from .shards import canonical, describe, full_shape, unpadded_shape
 
 ExtraFiles = Optional[dict]  # name in the checkpoint → a file, a directory, or a list of files

@@ -14,7 +14,8 @@ import shutil
 
 import torch
 
-from ..checkpoint.format import METADATA, atomic_write_text, commit_directory, staging_dir, write_safetensors
+from ..atomic import atomic_write_text
+from ..checkpoint.format import METADATA, commit_directory, staging_dir, write_safetensors
 from ..errors import MwbError
 from .hf_config import read_config  # noqa: F401  (the one config.json reader; imported from here too)
 

@@ -18,7 +18,8 @@ import os
 
 import torch
 
-from ..checkpoint.format import atomic_write_text, commit_directory, staging_dir, write_safetensors
+from ..atomic import atomic_write_text
+from ..checkpoint.format import commit_directory, staging_dir, write_safetensors
 from . import gpt2, llama
 from .hf_io import ConversionError
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 
 from .refresh import VersionedIndex, make_index
 

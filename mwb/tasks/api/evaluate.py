@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 from mwb.core.convert import is_hf_dir
 from mwb.core.config import to_dict
 from mwb.core.training.launch import init_distributed

@@ -23,7 +23,7 @@ import numpy as np
 
 from mwb.core import checkpoint
 from mwb.core.compose import full_state
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 from mwb.core.config import RunConfig, update
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.job import first_process, run_job

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Optional
 
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 
 
 class Stages:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 

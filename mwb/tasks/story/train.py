@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from mwb.core.checkpoint import latest_dir
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 from mwb.core.config import ConfigError, RunConfig
 from mwb.evaluation.results import write_results
 

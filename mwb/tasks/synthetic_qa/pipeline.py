@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 from mwb.core.config import ConfigError
 from mwb.core.errors import MwbError
 from mwb.evaluation.loading import load_language_model

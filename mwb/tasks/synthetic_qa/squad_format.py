@@ -8,7 +8,7 @@ import os
 from collections import OrderedDict
 from typing import Sequence
 
-from mwb.core.checkpoint.format import atomic_write_text
+from mwb.core.atomic import atomic_write_text
 
 
 def to_squad(examples: Sequence[dict]) -> dict:
