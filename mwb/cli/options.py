@@ -14,6 +14,7 @@ import click
 from mwb.core.config import RunConfig, apply_sets, load_yaml, update
 from mwb.core.presets import apply_preset
 from mwb.core.training.run_dir import default_out  # noqa: F401  (runs/<command>-<time>, for every command)
+from mwb.core.training.tracking import BACKENDS, check_available
 
 FLAG_TO_KEY = {
     "tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "ep": "parallel.ep", "cp": "parallel.cp",
@@ -24,8 +25,14 @@ FLAG_TO_KEY = {
     "keep_last": "train.keep_last", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
     "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr", "compile": "train.compile",
     "rampup_batch_size": "train.rampup_batch_size", "lora": "lora.rank", "lora_alpha": "lora.alpha",
-    "lora_dropout": "lora.dropout", "lora_targets": "lora.targets", "pack": "train.pack",
+    "lora_dropout": "lora.dropout", "lora_targets": "lora.targets", "pack": "train.pack", "log": "logging.log",
 }
+
+log_option = click.option(
+    "--log", "log", multiple=True, type=click.Choice(BACKENDS), metavar="wandb|mlflow|tensorboard",
+    help="Also log the config, every metrics.jsonl field and the energy figures to this tracker (repeatable): W&B "
+         "offline under OUT/wandb unless WANDB_MODE is set; MLflow to MLFLOW_TRACKING_URI, else file:OUT/mlruns; "
+         "TensorBoard (written by default) under OUT/tensorboard. Needs pip install 'mwb[tracking]'.")
 
 
 pack_weights_option = click.option(
@@ -90,6 +97,7 @@ def training_options(fn):
                      help="Run directory (default runs/<command>-<timestamp>)."),
         click.option("--tokenizer", type=click.Path(), default=None, help="Tokenizer path (kind inferred)."),
         click.option("--split", default=None, help="train,valid,test weights over documents, e.g. 949,50,1."),
+        log_option,
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -116,4 +124,6 @@ def build_config(default_preset: Optional[str], kw: dict, data: Optional[list] =
     if kw.get("out"):
         tree.setdefault("train", {})["out"] = kw["out"]
     cfg = update(cfg, tree)
-    return apply_sets(cfg, kw.get("sets") or ())
+    cfg = apply_sets(cfg, kw.get("sets") or ())
+    check_available(cfg.logging.log)  # a missing tracker library fails here, before any rank starts
+    return cfg

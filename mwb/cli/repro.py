@@ -15,6 +15,8 @@ import shlex
 
 import click
 
+from .options import log_option
+
 SCALE_NAMES = ["smoke", "cpu", "gpu", "paper"]  # mwb.repro.api.SCALES, spelled out so --help imports nothing
 
 
@@ -77,7 +79,8 @@ def _print_list(root: str, as_json: bool) -> None:
               help="print the commands (and at paper scale mwb plan's estimate); run nothing")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="a paper-scale data flag, repeatable")
 @click.option("--root", help="committed reproductions [reproductions]")
-def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root):
+@log_option
+def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root, log):
     """Reproduce a paper's experiment: every (condition, seed) cell, paired statistics, a computed verdict.
 
     Writes OUT/report.md, results.json, predictions/, commands.sh, env.json and a plot. A rerun with the
@@ -95,6 +98,7 @@ def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root):
         click.echo(f"wrote {page} ({n} reproduction{'s' if n != 1 else ''} from {root})")
         return
     from mwb.repro.registry import get_experiment
+    from mwb.core.training.tracking import check_available
     from mwb.repro.runner import dry_run as describe, plan_run, run_experiment
 
     plan = plan_run(get_experiment(name), scale, seeds, out, _options(sets))
@@ -103,6 +107,6 @@ def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root):
     if dry_run:
         click.echo(describe(plan), nl=False)
         return
-    results = run_experiment(plan, invoke=invoke_in_process)
+    results = run_experiment(plan, invoke=invoke_in_process, trackers=check_available(log))
     click.echo(f"{name} ({plan.scale.name} scale): verdict {results['verdict']}")
     click.echo(f"report: {plan.out}/report.md (results.json, commands.sh, env.json, {name}.png beside it)")

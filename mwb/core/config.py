@@ -171,6 +171,7 @@ class LoggingConfig:
     progress: bool = True
     plot: bool = True
     peak_tflops: Optional[float] = None  # per-device peak for MFU; None = measured/unknown
+    log: list = field(default_factory=list)  # experiment trackers (--log): wandb, mlflow, tensorboard (tracking.py)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from mwb.core.config import ConfigError
 
 try:
+    import lm_eval.models  # noqa: F401  (lm-eval's own models, registered lazily: --model hf next to mwb)
     from lm_eval import utils as lm_utils
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model

@@ -26,6 +26,7 @@ from mwb.evaluation.predictions import read_predictions, write_predictions
 from . import analysis, paper_plan, report
 from .api import CellResult, Experiment, Invoke, Scale
 from .env import EnvRecorder
+from .track import track_results
 
 CELL_FILE = "cell.json"
 
@@ -198,10 +199,12 @@ def commands(plan: RunPlan) -> list[tuple[Cell, list]]:
             for cell in plan.cells]
 
 
-def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: bool = True) -> dict:
+def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: bool = True,
+                   trackers: tuple = ()) -> dict:
     """Run ``plan`` (finished cells reused), compute the comparisons and verdict, write every output file
     into ``plan.out`` and return the ``results.json`` record. ``invoke`` runs one ``mwb`` argv; without one,
-    or when the experiment is not ``in_process``, each command is a ``python -m mwb`` subprocess."""
+    or when the experiment is not ``in_process``, each command is a ``python -m mwb`` subprocess.
+    ``trackers`` (``--log``): the cells and the comparison table also go there (:mod:`.track`)."""
     if invoke is None or not plan.exp.in_process:
         invoke = subprocess_invoke
     os.makedirs(plan.out, exist_ok=True)
@@ -234,6 +237,7 @@ def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: boo
     }
     env_record = env.finish()
     report.write_all(plan, results, commands(plan), env_record)
+    track_results(trackers, plan.out, results, cells)
     return results
 
 

@@ -5,6 +5,8 @@ by the trainer. Model FLOPs per token use the standard 6·N + attention estimate
 forward + backward = 3× forward, forward = 2·N + 2·L·s·h per token), and MFU divides achieved FLOP/s by the
 configured peak. Every step record carries the run's energy so far (joules, kWh, gCO2e); at the end the
 run's total goes to ``energy.json`` and one printed line that names the source (:mod:`.energy`).
+``trackers`` (``--log``): every record written to ``metrics.jsonl``, the run's ``config.yaml`` and the energy
+summary also go to W&B / MLflow / TensorBoard (:mod:`.tracking`).
 """
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ import json
 import math
 import os
 import sys
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
 from ..config import EnergyConfig
 from .energy import EnergyMeter
+from .tracking import FanOut, open_trackers
 
 
 def flops_per_token(n_params_nonembed: int, num_layers: int, seq_length: int, hidden: int) -> float:
@@ -29,7 +32,7 @@ class MetricsLogger:
     def __init__(self, out_dir: str, total_steps: int, enabled: bool, tensorboard: bool = True,
                  progress: bool = True, flops_per_tok: Optional[float] = None, peak_tflops: Optional[float] = None,
                  world_size: int = 1, start_step: int = 0, log_interval: int = 10,
-                 energy: Optional[EnergyConfig] = None) -> None:
+                 energy: Optional[EnergyConfig] = None, trackers: Sequence[str] = ()) -> None:
         self.enabled, self.out_dir = enabled, out_dir
         self.total_steps, self.log_interval = total_steps, max(int(log_interval), 1)
         self.flops_per_tok, self.peak = flops_per_tok, peak_tflops
@@ -43,8 +46,10 @@ class MetricsLogger:
         self.summary: dict = {}
         self._last_j = 0.0
         self._steps = 0
+        self.tracker = FanOut()
         if not enabled:
             return
+        tensorboard = tensorboard or "tensorboard" in trackers  # already written by default: --log only ensures it
         cuda = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
         self.meter = EnergyMeter(energy or EnergyConfig(), cuda_index=cuda, scale=float(world_size))
         os.makedirs(out_dir, exist_ok=True)
@@ -52,6 +57,7 @@ class MetricsLogger:
         if start_step > 0 and os.path.exists(path):  # resume: keep only steps before the resumed one
             self._truncate(path, start_step)
         self.file = open(path, "a")
+        self.tracker = open_trackers([t for t in trackers if t != "tensorboard"], out_dir, config=_run_config(out_dir))
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -110,6 +116,7 @@ class MetricsLogger:
         self._steps += 1
         self.file.write(json.dumps(_finite(rec)) + "\n")
         self.file.flush()
+        self.tracker.log_metrics({k: v for k, v in rec.items() if k != "step"}, res.step)
         self.train_points.append((res.step, res.loss))
         if self.tb is not None:
             for k in ("loss", "lr", "grad_norm", "tokens_per_s", "loss_scale", "mfu", "moe_aux_loss", "lm_loss",
@@ -150,6 +157,7 @@ class MetricsLogger:
             rec["lm_ppl"] = _ppl(rec["lm_loss"])
         self.file.write(json.dumps(_finite(rec)) + "\n")
         self.file.flush()
+        self.tracker.log_metrics(_valid_keys(rec), step)
         self.valid_points.append((step, loss))
         if self.tb is not None:
             self.tb.add_scalar("valid/loss", loss, step)
@@ -166,6 +174,7 @@ class MetricsLogger:
         rec = {"step": step, "split": "valid", **metrics}
         self.file.write(json.dumps(_finite(rec)) + "\n")
         self.file.flush()
+        self.tracker.log_metrics(_valid_keys(rec), step)
         if self.tb is not None:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)):
@@ -194,6 +203,8 @@ class MetricsLogger:
         os.replace(path + ".tmp", path)
         print(f"mwb: {self.meter.summary_line(reading)}", file=sys.stderr, flush=True)
         self.file.close()
+        self.tracker.log_summary(self.summary)
+        self.tracker.close()
         if self.tb is not None:
             self.tb.close()
         return self.plot()
@@ -231,3 +242,18 @@ def _components(extra: dict) -> dict:
 def _finite(rec: dict) -> dict:
     """JSON has no NaN/Infinity: write them as strings so every line stays valid JSON."""
     return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()}
+
+
+def _valid_keys(rec: dict) -> dict:
+    """A validation record's fields as the trackers name them: ``valid/<field>``."""
+    return {f"valid/{k}": v for k, v in rec.items() if k not in ("step", "split")}
+
+
+def _run_config(out_dir: str) -> Optional[dict]:
+    """The run's ``config.yaml`` (written just before by :func:`~.run_dir.open_run`), for the trackers."""
+    path = os.path.join(out_dir, "config.yaml")
+    if not os.path.isfile(path):
+        return None
+    import yaml
+    with open(path) as f:
+        return yaml.safe_load(f)

@@ -49,4 +49,4 @@ def open_run(out: str, cfg: RunConfig, rank: int, world: int, start_step: int = 
                          progress=cfg.logging.progress, flops_per_tok=flops_per_tok,
                          peak_tflops=cfg.logging.peak_tflops if flops_per_tok is not None else None,
                          world_size=world, start_step=start_step, log_interval=cfg.logging.log_interval,
-                         energy=cfg.energy)
+                         energy=cfg.energy, trackers=cfg.logging.log)
