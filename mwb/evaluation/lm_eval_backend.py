@@ -47,7 +47,7 @@ try:
     import lm_eval.models  # noqa: F401  (lm-eval's own models, registered lazily: --model hf next to mwb)
     from lm_eval import utils as lm_utils
     from lm_eval.api.model import TemplateLM
-    from lm_eval.api.registry import register_model
+    from lm_eval.api.registry import model_registry, register_model
 except ImportError as e:  # an optional extra: one line, exit status 2 through the CLI
     raise ConfigError("the lm-eval backend needs lm-evaluation-harness: pip install 'mwb[lmeval]' "
                       f"(or pip install lm-eval) ({e})") from None
@@ -102,7 +102,6 @@ def _parse_batch_size(value) -> int:
     return size
 
 
-@register_model("mwb")
 class MwbLM(TemplateLM):
     """lm-eval's model ``mwb`` (see the module docstring). Model arguments: ``checkpoint`` (required),
     ``tokenizer`` (overrides the stored one), ``batch_size`` [16], ``max_length`` [the model's positions, else
@@ -128,6 +127,10 @@ class MwbLM(TemplateLM):
             self.lm = load_sharded_language_model(local_checkpoint(checkpoint), tokenizer, state, dev, pack)
         else:
             dev = torch.device(device) if device else None
+            if dev is not None and dev.type == "cuda" and not torch.cuda.is_available():
+                # lm-eval's CLI passes --device cuda unless told otherwise; as --model hf does, run where we can
+                print("mwb: no CUDA device here; --model mwb runs on the CPU", file=sys.stderr)
+                dev = torch.device("cpu")
             _, self.lm = load_language_model(checkpoint, tokenizer=tokenizer, device=dev, pack_weights=pack)
         cfg = getattr(self.lm.model, "cfg", None)
         model_len = getattr(cfg, "max_position_embeddings", None) if cfg is not None else None
@@ -136,6 +139,17 @@ class MwbLM(TemplateLM):
             if self.lm.tp_rank != 0:
                 self._follow()  # never returns
             atexit.register(self._broadcast, ("close", None))
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: Optional[dict] = None) -> "MwbLM":
+        """``--model_args`` win over the CLI's own ``--batch_size``/``--device`` (lm-eval passes both, and its
+        ``--batch_size`` defaults to 1): ``--model_args checkpoint=C,batch_size=16`` means batch 16."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        return cls(**{**extra, **arg_dict})
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: Optional[dict] = None) -> "MwbLM":
+        return cls.create_from_arg_obj(lm_utils.simple_parse_args_string(arg_string), additional_config)
 
     # ------------------------------------------------------------------------------ lm-eval's interface
 
@@ -243,6 +257,10 @@ class MwbLM(TemplateLM):
                 sys.stdout.flush()
                 os._exit(0)  # lm-eval's CLI must not go on to evaluate on this rank
             self._do(op, payload)
+
+
+if "mwb" not in model_registry:  # once, also when this file runs as ``python -m`` and is imported again
+    register_model("mwb")(MwbLM)
 
 
 def main() -> None:

@@ -154,3 +154,38 @@ def test_bad_model_args_are_one_line():
         backend.MwbLM()
     with pytest.raises(ConfigError, match="not 'auto'"):
         backend.MwbLM(checkpoint="smollm2-135m", batch_size="auto")
+
+
+def lm_eval_cli(argv, tasks_dir, out, launcher=()):
+    """lm-eval's own command line with ``--model mwb`` registered (``mwb-lm-eval``, run as a module here so the
+    worktree's mwb is the one imported); the samples of every task, by doc id."""
+    import glob
+    import subprocess
+    import sys
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1")
+    cmd = [sys.executable, *launcher, "-m", "mwb.evaluation.lm_eval_backend", *argv, "--include_path", tasks_dir,
+           "--output_path", out, "--log_samples"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    samples = {}
+    for path in glob.glob(os.path.join(out, "**", "samples_*.jsonl"), recursive=True):
+        task = os.path.basename(path)[len("samples_"):].rsplit("_", 1)[0]
+        samples[task] = {s["doc_id"]: s for s in map(json.loads, open(path))}
+    (results,) = glob.glob(os.path.join(out, "**", "results_*.json"), recursive=True)
+    return samples, json.load(open(results))["results"]
+
+
+def test_lm_eval_command_line_with_model_mwb(ours, tasks, tmp_path):
+    """`mwb-lm-eval --model mwb --model_args checkpoint=smollm2-135m,batch_size=16` gives what the in-process
+    backend gave (batch 16 against batch 4: the same numbers)."""
+    d = str(tmp_path / "tasks")
+    os.makedirs(d)
+    write_tasks(d)
+    samples, results = lm_eval_cli(["--model", "mwb", "--model_args", "checkpoint=smollm2-135m,batch_size=16",
+                                    "--tasks", "mwbt_mc"], d, str(tmp_path / "out"))
+    assert results["mwbt_mc"]["acc,none"] == ours["results"]["mwbt_mc"]["acc,none"]
+    want = per_sample(ours, "mwbt_mc")
+    for doc, s in samples["mwbt_mc"].items():
+        for x, y in zip(s["resps"], want[doc]["resps"]):
+            assert float(x[0][0]) == pytest.approx(float(y[0][0]), abs=1e-4)
