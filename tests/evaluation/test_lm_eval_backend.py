@@ -124,6 +124,7 @@ def test_mwb_equals_hf_metrics(ours, theirs):
     assert 0 < ours["results"]["mwbt_mc"]["acc,none"]  # the model gets some right: the numbers carry information
 
 
+@needs("aiohttp", "tenacity", "requests")  # lm-eval[api]: what --model local-completions imports
 def test_mwb_equals_local_completions_against_mwb_serve(ours, mwb_lm, tasks):
     from mwb.evaluation.engine import EngineConfig, ServingEngine
     from mwb.evaluation.openai_requests import Limits
