@@ -76,7 +76,7 @@ def spec_for(arch: str):
         from mwb.pretraining import spec_for as registry
         return registry(arch)
     except ImportError:
-        from mwb.core.training.spec import GPTSpec
+        from mwb.core.training.model_spec import GPTSpec
         if arch != "gpt":
             raise
         return GPTSpec

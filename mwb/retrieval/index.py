@@ -32,7 +32,7 @@ import numpy as np
 from mwb.core.atomic import atomic_open, commit_file, fsync_file
 from mwb.core.data.cache import cache_root, digest, file_digest, file_lock, log
 
-from .text import context_ids, pad_batch
+from .inputs import context_ids, pad_batch
 
 INDEX_KINDS = ("flat", "ivf", "hnsw")
 _VERSION = 1  # bump when the embedding procedure changes

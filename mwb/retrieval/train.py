@@ -3,7 +3,7 @@
 The flow is ``mwb pretrain``'s (:mod:`mwb.pretraining.run`): the launching process resolves the tokenizer,
 data and initial weights once (:func:`plan_run`), then every rank runs :func:`rank_main` — on this process,
 under ``torchrun``, or on ``--nproc N`` spawned ranks. Each rank builds the datasets (deterministic, so
-identical everywhere), a :class:`~mwb.core.training.trainer.Trainer` over :class:`~.specs.BiEncoderSpec`,
+identical everywhere), a :class:`~mwb.core.training.trainer.Trainer` over :class:`~.biencoder_spec.BiEncoderSpec`,
 optionally copies initial weights in (a Hugging Face / mwb BERT into both towers, or an earlier bi-encoder),
 and trains. Checkpoints carry the tokenizer and ``biencoder/biencoder.json``, so ``mwb eval qa --checkpoint
 OUT`` and ``--resume`` need nothing else. ``finetune dpr`` ends with DPR's validation view (every held-out
@@ -21,7 +21,7 @@ from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.presets import apply_preset
 
 from .biencoder import RetrievalConfig
-from .text import BUNDLED_DPR_TRAIN, BUNDLED_EVIDENCE
+from .inputs import BUNDLED_DPR_TRAIN, BUNDLED_EVIDENCE
 
 KINDS = ("ict", "mss", "dpr")
 BLOCK_KINDS = ("ict", "mss")  # pseudo-queries made from evidence blocks (ICT: a sentence; MSS: a masked salient span)
@@ -79,7 +79,7 @@ def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], v
     from mwb.core.data.bundled import tokenizer_file
     from mwb.core.tokenizers import load_tokenizer
 
-    from .text import specials
+    from .inputs import specials
 
     if kind not in KINDS:
         raise ConfigError(f"unknown retriever objective '{kind}'")
@@ -127,7 +127,7 @@ def open_datasets(plan: RetrieverPlan, tok, rcfg: RetrievalConfig, seed: int):
     from .data import DPRDataset, ICTDataset, MSSDataset, read_dpr_json
 
     if plan.kind in BLOCK_KINDS:
-        from .text import read_evidence
+        from .inputs import read_evidence
         blocks = ICTDataset if plan.kind == "ict" else MSSDataset
         ev = read_evidence(plan.data)
         if plan.valid:
@@ -172,7 +172,7 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
     from mwb.core.training.trainer import Trainer
 
     from .loading import write_config_file
-    from .specs import BiEncoderSpec, retrieval_metrics
+    from .biencoder_spec import BiEncoderSpec, retrieval_metrics
 
     r = driver.start_rank(cfg_tree)
     cfg, rank, world, device, say = r.cfg, r.rank, r.world, r.device, r.say

@@ -167,14 +167,14 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
     from ..loading import open_source, with_model
     from ..readers.base import ReaderConfig
     from ..readers.loading import reader_kind
-    from ..text import BUNDLED_EVIDENCE
+    from ..inputs import BUNDLED_EVIDENCE
     from .joint import METHODS
     from .scoring import joint_scoring
 
     if method not in METHODS:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got '{method}'")
     if not retriever:  # all-MiniLM-L6-v2 as sentence-transformers embeds (mean pooling), else the named BERT
-        from ..system import minilm_dir
+        from ..qa_system import minilm_dir
         retriever = minilm_dir() or DEFAULT_RETRIEVER
     source = open_source(local_checkpoint(retriever))
     cfg = update(with_model(cfg, source), {"model": {"vocab_size": source.vocab_size}})
@@ -227,7 +227,7 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
 
 def default_questions() -> str:
     """The real answerable questions when the bundle has them, else the bundled Wikipedia questions."""
-    from ..text import BUNDLED_QUESTIONS, DATA_DIR
+    from ..inputs import BUNDLED_QUESTIONS, DATA_DIR
 
     real = os.path.join(DATA_DIR, "real_questions.jsonl.gz")
     return real if os.path.isfile(real) else BUNDLED_QUESTIONS
@@ -264,7 +264,7 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
 
     from ..biencoder import RetrievalConfig
     from ..loading import open_source
-    from ..text import read_evidence, read_questions
+    from ..inputs import read_evidence, read_questions
     from .evaluate import heldout_eval, with_before
     from .refresh import indexer_loop, split_roles
 
