@@ -72,7 +72,7 @@ def test_finetune_lora_runs_unchanged_and_its_run_loads_everywhere(tmp_path):
     mwb("convert", out, str(tmp_path / "hf"), "--merge")
     assert os.path.isfile(tmp_path / "hf" / "model.safetensors")
     merged = json.loads(mwb("generate", "--checkpoint", str(tmp_path / "hf"), *prompt).stdout)
-    assert len(gen["tokens"]) == 3 and merged["tokens"] == gen["tokens"]  # adapters merged at load = merged export
+    assert gen["tokens"] and merged["tokens"] == gen["tokens"]  # adapters merged at load = the merged export
     assert merged["logprobs"] == pytest.approx(gen["logprobs"], abs=1e-4)
 
 
