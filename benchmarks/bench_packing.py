@@ -31,7 +31,7 @@ from mwb.core.config import RunConfig, update  # noqa: E402
 from mwb.core.data.packing import pack_samples  # noqa: E402
 from mwb.core.presets import apply_preset  # noqa: E402
 from mwb.core.tokenizers import load_tokenizer  # noqa: E402
-from mwb.core.training.spec import GPTSpec, PaddingMetric  # noqa: E402
+from mwb.core.training.model_spec import GPTSpec, PaddingMetric  # noqa: E402
 from mwb.core.training.trainer import Trainer  # noqa: E402
 from mwb.tasks.api import generative_objective  # noqa: E402
 from mwb.tasks.api.finetune import EpochShuffled  # noqa: E402

@@ -83,7 +83,7 @@ def run_config(shape: str, layers, batch: int, seq: int, precision: str, compile
 
 def build(shape: str, layers, batch: int, seq: int, precision: str, compile_: bool, device: str = "cpu"):
     """mwb's trainer for a named shape (see :func:`run_config`)."""
-    from mwb.core.training.spec import GPTSpec
+    from mwb.core.training.model_spec import GPTSpec
     from mwb.core.training.trainer import Trainer
     cfg, data = run_config(shape, layers, batch, seq, precision, compile_)
     return Trainer(cfg, GPTSpec(cfg, cfg.model.vocab_size), data, device=device)

@@ -82,7 +82,7 @@ def finetune(ctx, list_):
 
 
 from .detox_finetune import detox_finetune  # noqa: E402  (SGEAT domain-adaptive training, mwb/tasks/detox)
-from .retrieval_cmds import dpr, e2e_qa  # noqa: E402  (DPR, joint retriever + reader: mwb/retrieval)
+from .retriever_training import dpr, e2e_qa  # noqa: E402  (DPR, joint retriever + reader: mwb/retrieval)
 from .story import finetune_story  # noqa: E402  (MEGATRON-CNTRL: every part, mwb/tasks/story)
 
 for _command in (dpr, e2e_qa, detox_finetune, finetune_story):

@@ -69,7 +69,7 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
          ep, sp, recompute, distributed_optimizer, precision, flash_attention, train_tokens, rampup_batch_size,
          device_power, pue, grid_gco2, top, as_json):
     """Memory, FLOPs and parallel-layout advice for a model on a cluster (formulas in docs/plan.md)."""
-    from mwb.core.config import ConfigError, RunConfig, apply_sets, load_yaml, update
+    from mwb.core.config import ConfigError, RunConfig, apply_sets, load_yaml, parse_set, update
     from mwb.core.plan import HARDWARE, Constraints, Workload, plan as run_plan
     from mwb.core.plan.report import energy_estimate, render, render_energy, to_dict
     from mwb.core.presets import apply_preset
@@ -83,12 +83,18 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
     if config_file:
         cfg = load_yaml(cfg, config_file)
     cfg = apply_sets(cfg, sets)
+    given = {(sec, f) for item in sets for sec, fields in parse_set(item).items() for f in fields}
 
-    seq = seq_length or cfg.train.seq_length
+    def flag_or_config(flag, key: str, value):
+        """``--set`` over the flag over the config (the precedence of every command: options.build_config)."""
+        return value if tuple(key.split(".")) in given or flag is None else flag
+
+    seq = flag_or_config(seq_length, "train.seq_length", None) or cfg.train.seq_length
     m = cfg.model
     if m.position_embedding == "learned" and seq > m.max_position_embeddings:
         raise ConfigError(f"--seq-length {seq} exceeds model.max_position_embeddings {m.max_position_embeddings}; "
                           f"raise it with --set model.max_position_embeddings={seq}")
+    precision = flag_or_config(precision, "train.precision", None)
     if precision is None:  # fp8 keeps bf16 weights and fp32 masters: bf16's memory
         precision = cfg.train.precision if cfg.train.precision not in ("fp32", "fp8") else "bf16"
     hw = HARDWARE[hardware].with_(gpus_per_node=gpus_per_node, memory_gib=gpu_memory, peak_tflops=peak_tflops,
@@ -98,9 +104,9 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
         raise ConfigError(f"--memory-reserve {hw.memory_reserve_gib:g} GiB leaves nothing of --gpu-memory "
                           f"{hw.memory_gib:g} GiB")
     from mwb.core.training.rampup import BatchRampup
-    gbs = global_batch_size or cfg.train.global_batch_size
-    ramp = BatchRampup.from_config(list(rampup_batch_size) if rampup_batch_size else cfg.train.rampup_batch_size,
-                                   gbs)
+    gbs = flag_or_config(global_batch_size, "train.global_batch_size", None) or cfg.train.global_batch_size
+    ramp = BatchRampup.from_config(flag_or_config(list(rampup_batch_size) if rampup_batch_size else None,
+                                                  "train.rampup_batch_size", cfg.train.rampup_batch_size), gbs)
     workload = Workload(gpus, gbs, precision, (ramp.start, ramp.increment, ramp.samples) if ramp else None)
     constraints = Constraints(tp=tp, pp=pp, vpp=vpp, ep=ep, sp=sp, recompute=recompute,
                               distributed_optimizer=distributed_optimizer, micro_batch_size=micro_batch_size,
@@ -108,7 +114,8 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
     result = run_plan(m, workload, hw, constraints, seq)
     steps_samples = ramp.consumed_after(cfg.train.steps) if ramp else cfg.train.steps * workload.global_batch_size
     tokens = train_tokens or float(steps_samples) * seq
-    energy = energy_estimate(result, tokens, cfg.energy.grid_gco2_per_kwh if grid_gco2 is None else grid_gco2, pue)
+    energy = energy_estimate(result, tokens, flag_or_config(grid_gco2, "energy.grid_gco2_per_kwh",
+                                                            cfg.energy.grid_gco2_per_kwh), pue)
     if as_json:
         out = to_dict(result, top)
         out["preset"] = name or None

@@ -61,7 +61,7 @@ pretrain.add_command(_command("gpt", "gpt-tiny"))
 pretrain.add_command(_command("bert", "bert-tiny"))
 pretrain.add_command(_command("t5", "t5-tiny"))
 
-from .retrieval_cmds import ict, mss  # noqa: E402  (bi-encoder ICT / MSS pretraining, mwb/retrieval)
+from .retriever_training import ict, mss  # noqa: E402  (bi-encoder ICT / MSS pretraining, mwb/retrieval)
 
 pretrain.add_command(ict)
 pretrain.add_command(mss)

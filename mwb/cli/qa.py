@@ -47,7 +47,7 @@ def qa():
 @click.option("--seq-length", type=click.IntRange(min=1), default=192, show_default=True, help="Reader input length.")
 def synthesize(corpus, out, passages, answers_per_passage, seed, generator, qg_shots, context, batch_size,
                filter_model, filter_metric, filter_threshold, filter_base, filter_epochs, seq_length):
-    from mwb.retrieval.text import BUNDLED_EVIDENCE
+    from mwb.retrieval.inputs import BUNDLED_EVIDENCE
     from mwb.tasks.synthetic_qa.pipeline import SynthesisConfig, synthesize as run
     from mwb.tasks.synthetic_qa.roundtrip import FilterRule
 
@@ -89,7 +89,7 @@ def evaluate_reader(reader, questions, evidence, top_k, seq_length, limit, title
     from mwb.evaluation.predictions import write_predictions
     from mwb.evaluation.results import write_results
     from mwb.tasks.synthetic_qa.open_domain import default_questions, open_domain_eval
-    from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS
+    from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS
 
     if titled is None:
         titled = questions is None and default_questions() == BUNDLED_REAL_QUESTIONS

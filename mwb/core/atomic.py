@@ -15,8 +15,8 @@ from typing import IO, Iterable, Iterator
 TMP_SUFFIX = ".partial"
 
 
-def _fsync_dir(path: str) -> None:
-    """Persist the rename itself (the directory entry); a no-op where directories cannot be opened."""
+def fsync_dir(path: str) -> None:
+    """Persist a rename to ``path`` (its directory entry); a no-op where directories cannot be opened."""
     try:
         fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
     except OSError:
@@ -29,17 +29,34 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str) -> None:
+    """Flush a finished file that a library wrote by name (safetensors, faiss, an index writer) to disk."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def commit_file(tmp: str, path: str) -> None:
+    """Make the finished temporary file ``tmp`` visible as ``path``: fsync it, rename it, fsync the directory.
+    For writers that can only write to a file name; everything else uses :func:`atomic_open`."""
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_dir(path)
+
+
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8",
+                per_process: bool = False) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; on a clean exit fsync it and rename it to ``path``.
 
-    On an exception the temporary file is removed and ``path`` is left as it was.
+    On an exception the temporary file is removed and ``path`` is left as it was. ``per_process``: the
+    temporary name carries the process id, for files that several processes may rewrite at once (a shared
+    cache's memo), so that no two of them write into the same temporary file.
     """
     if "r" in mode or "a" in mode or "+" in mode:
         raise ValueError(f"atomic_open writes a whole new file; mode {mode!r} is not allowed")
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    tmp = path + TMP_SUFFIX
+    tmp = f"{path}.{os.getpid()}{TMP_SUFFIX}" if per_process else path + TMP_SUFFIX
     f = open(tmp, mode, encoding=None if "b" in mode else encoding)
     try:
         yield f
@@ -47,7 +64,7 @@ def atomic_open(path: str, mode: str = "w", encoding: str | None = "utf-8") -> I
         os.fsync(f.fileno())
         f.close()
         os.replace(tmp, path)
-        _fsync_dir(path)
+        fsync_dir(path)
     except BaseException:
         f.close()
         with contextlib.suppress(FileNotFoundError):

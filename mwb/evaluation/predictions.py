@@ -34,6 +34,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from mwb.core.errors import DataError
+from mwb.core.atomic import atomic_open
 
 FILENAME = "predictions.jsonl"
 
@@ -61,7 +62,7 @@ def _json_default(obj):
 
 
 def write_predictions(out_dir: str, records: Iterable[dict]) -> str:
-    """Write ``out_dir/predictions.jsonl`` atomically (a temporary name, then ``os.replace``) and return its
+    """Write ``out_dir/predictions.jsonl`` atomically (:func:`~mwb.core.atomic.atomic_open`) and return its
     path. Every record needs a string ``"id"``, unique in the file, so runs can be paired item by item."""
     records = list(records)
     seen: set[str] = set()
@@ -80,14 +81,9 @@ def write_predictions(out_dir: str, records: Iterable[dict]) -> str:
             lines.append(json.dumps(r, ensure_ascii=False, allow_nan=False, default=_json_default) + "\n")
         except (TypeError, ValueError) as e:
             raise DataError(f"predictions: record {rid!r} is not plain JSON ({e})") from e
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, FILENAME)
-    tmp = path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w") as f:
         f.writelines(lines)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return path
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import math
 import os
 from typing import Any, Optional
+
+from mwb.core.atomic import atomic_write_json
 
 
 def _versions() -> dict:
@@ -42,15 +43,10 @@ def _plain(obj: Any) -> Any:
 def write_results(out_dir: str, task: str, metrics: dict, checkpoint: Optional[str] = None,
                   config: Any = None, extra: Optional[dict] = None) -> str:
     """Write ``out_dir/results.json`` atomically and return its path."""
-    os.makedirs(out_dir, exist_ok=True)
     record = {"task": task, "metrics": metrics, "checkpoint": checkpoint, "config": config,
               **_versions(), "time": datetime.datetime.now().isoformat(timespec="seconds")}
     if extra:
         record.update(extra)
     path = os.path.join(out_dir, "results.json")
-    tmp = path + ".partial"
-    with open(tmp, "w") as f:
-        json.dump(_plain(record), f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, _plain(record), indent=2)
     return path

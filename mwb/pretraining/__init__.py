@@ -1,4 +1,4 @@
-"""Model families for pretraining: each supplies a :class:`~mwb.core.training.spec.ModelSpec` (how to build a
+"""Model families for pretraining: each supplies a :class:`~mwb.core.training.model_spec.ModelSpec` (how to build a
 stage and turn a sample batch into a loss); ``spec_for(arch)`` is how commands and recipes pick one."""
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from mwb.core.training.spec import ModelSpec
+from mwb.core.training.model_spec import ModelSpec
 
 
 class BertSpec(ModelSpec):

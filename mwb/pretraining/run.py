@@ -9,10 +9,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import time
 from typing import Optional
 
-from mwb.core.config import ConfigError, RunConfig, update
+from mwb.core.config import ConfigError, RunConfig
 from mwb.core.data import pubmed
 from mwb.core.errors import DataError
 
@@ -77,7 +76,7 @@ def spec_for(arch: str):
         from mwb.pretraining import spec_for as registry
         return registry(arch)
     except ImportError:
-        from mwb.core.training.spec import GPTSpec
+        from mwb.core.training.model_spec import GPTSpec
         if arch != "gpt":
             raise
         return GPTSpec
@@ -97,64 +96,44 @@ def parameter_counts(trainer) -> dict:
 
 def rank_main(cfg_tree: dict, plan: DataPlan, out: str, resume: bool) -> None:
     """Everything one rank does; rank 0 alone writes logs and prints."""
-    from mwb.core import checkpoint
-    from mwb.core.training.launch import init_distributed
+    from mwb.core.training import driver
     from mwb.core.training.metrics_log import flops_per_token
     from mwb.core.training.run_dir import open_run
     from mwb.core.training.step_actions import StepActions
     from mwb.core.training.trainer import Trainer
 
-    cfg = update(RunConfig(), cfg_tree)
-    rank, world, device = init_distributed(cfg.parallel.timeout_s)
-    say = print if rank == 0 else (lambda *a, **k: None)
+    r = driver.start_rank(cfg_tree)
+    cfg, say = r.cfg, r.say
     train, valid = open_datasets(cfg, plan)
     spec = spec_for(cfg.model.arch)(cfg, plan.vocab_size)
-    trainer = Trainer(cfg, spec, train, valid, world_size=world, device=device)
+    trainer = Trainer(cfg, spec, train, valid, world_size=r.world, device=r.device)
     ckpt_root = os.path.join(out, "checkpoints")
-    start, latest = 0, None
-    if resume:
-        latest = checkpoint.latest_dir(ckpt_root)
-        if latest is None:
-            say(f"mwb: no checkpoint under {ckpt_root}; starting from step 0", file=sys.stderr)
-        else:
-            start = checkpoint.load(trainer, latest)
-            say(f"mwb: resumed from {latest} (step {start})", file=sys.stderr)
+    start, latest = driver.resume_latest(trainer, ckpt_root, resume, say, announce_missing=True)
     counts = parameter_counts(trainer)
     say(f"mwb: {cfg.model.arch} with {counts['total'] / 1e6:.2f}M parameters "
-        f"({counts['active'] / 1e6:.2f}M active per token) on {world} rank(s): tp {trainer.dims.tp} "
+        f"({counts['active'] / 1e6:.2f}M active per token) on {r.world} rank(s): tp {trainer.dims.tp} "
         f"pp {trainer.dims.pp} dp {trainer.dims.dp} ep {trainer.dims.ep}, {cfg.train.precision}", file=sys.stderr)
     m = cfg.model
     nonembed = counts["active"] - plan.vocab_size * m.hidden_size
-    logger = open_run(out, cfg, rank, world, start_step=start,
-                      extra={"derived": {"world_size": world, "dp": trainer.dims.dp, "vocab_size": plan.vocab_size,
+    logger = open_run(out, cfg, r.rank, r.world, start_step=start,
+                      extra={"derived": {"world_size": r.world, "dp": trainer.dims.dp, "vocab_size": plan.vocab_size,
                                          "tokenizer": plan.tokenizer, "parameters": counts}},
                       flops_per_tok=flops_per_token(nonembed, m.num_layers, cfg.train.seq_length, m.hidden_size))
-    trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train,
                           extra_files={"tokenizer": plan.tokenizer} if plan.tokenizer else None, say=say, saved=latest)
-
-    t0 = time.time()
-    trainer.run(actions)
+    _, seconds = driver.train(trainer, actions)
     plot = logger.close()
-    if rank == 0:
-        say(f"mwb: {trainer.step - start} steps in {time.time() - t0:.1f} s (now at step {trainer.step})")
-        say(f"mwb: run directory   {os.path.abspath(out)}")
-        say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
-        if cfg.logging.tensorboard:
-            say(f"mwb: tensorboard     tensorboard --logdir {os.path.join(out, 'tensorboard')}")
-        if plot:
-            say(f"mwb: loss plot       {plot}")
-        if actions.saved:
-            say(f"mwb: checkpoint      {actions.saved}")
+    say(f"mwb: {trainer.step - start} steps in {seconds:.1f} s (now at step {trainer.step})")
+    driver.banner(say, out, (
+        ("tensorboard", f"tensorboard --logdir {os.path.join(out, 'tensorboard')}" if cfg.logging.tensorboard
+         else None),
+        ("loss plot", plot or None), ("checkpoint", actions.saved or None)))
 
 
 def pretrain(cfg: RunConfig, out: str, nproc: Optional[int], resume: bool) -> None:
     """Prepare data once, then run :func:`rank_main` on this process, under torchrun, or on N spawned ranks."""
-    from mwb.core.training.job import first_process, run_job
+    from mwb.core.training.driver import launch_training, silent
+    from mwb.core.training.job import first_process
 
-    def prepare(dims):
-        plan = prepare_data(cfg, log=print if first_process() else (lambda *a, **k: None))
-        tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
-        return tree, plan, out, resume
-
-    run_job(cfg, nproc, rank_main, prepare, resume=os.path.join(out, "checkpoints") if resume else None)
+    launch_training(cfg, out, nproc, rank_main,
+                    lambda: prepare_data(cfg, log=print if first_process() else silent), resume)

@@ -15,7 +15,7 @@ length is the dataset's, not ``train.seq_length``.
 """
 from __future__ import annotations
 
-from mwb.core.training.spec import ModelSpec
+from mwb.core.training.model_spec import ModelSpec
 
 
 class T5Spec(ModelSpec):

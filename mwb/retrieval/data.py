@@ -34,7 +34,7 @@ from mwb.core.data.sentences import split_sentences
 from mwb.core.errors import DataError
 
 from .salient_spans import salient_spans
-from .text import context_ids, context_sequence, pad_batch, query_ids, query_sequence, specials
+from .inputs import context_ids, context_sequence, pad_batch, query_ids, query_sequence, specials
 
 EPOCH_SAMPLES = 10**9
 

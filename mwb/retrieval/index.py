@@ -29,9 +29,10 @@ from typing import Optional
 
 import numpy as np
 
+from mwb.core.atomic import atomic_open, commit_file, fsync_file
 from mwb.core.data.cache import cache_root, digest, file_digest, file_lock, log
 
-from .text import context_ids, pad_batch
+from .inputs import context_ids, pad_batch
 
 INDEX_KINDS = ("flat", "ivf", "hnsw")
 _VERSION = 1  # bump when the embedding procedure changes
@@ -56,11 +57,8 @@ def evidence_digest(path: str, cache_dir: Optional[str] = None) -> str:
         return memo[key]
     value = file_digest(path)
     memo[key] = value
-    os.makedirs(os.path.dirname(memo_path), exist_ok=True)
-    tmp = f"{memo_path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    with atomic_open(memo_path, "w", per_process=True) as f:  # other processes may rewrite the memo at once
         json.dump(memo, f)
-    os.replace(tmp, memo_path)
     return value
 
 
@@ -161,7 +159,8 @@ def embed_evidence(model, tok, evidence, rcfg, key: str, cache_dir: Optional[str
                 del out
                 for r in range(world):
                     os.remove(os.path.join(tmp, f"shard_{r:05d}.npy"))
-                with open(os.path.join(tmp, "meta.json"), "w") as f:
+                fsync_file(os.path.join(tmp, "embeddings.npy"))
+                with atomic_open(os.path.join(tmp, "meta.json"), "w") as f:
                     json.dump({"key": key, "evidence": evidence.path, "passages": len(evidence),
                                "dim": model.dim, "world_size": world}, f, indent=1)
                 shutil.rmtree(final, ignore_errors=True)
@@ -244,7 +243,7 @@ class DenseIndex:
         faiss = _faiss()
         tmp = f"{path}.{os.getpid()}.partial"
         faiss.write_index(self.cpu_index, tmp)
-        os.replace(tmp, path)
+        commit_file(tmp, path)
         return path
 
     @classmethod

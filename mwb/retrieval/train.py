@@ -3,7 +3,7 @@
 The flow is ``mwb pretrain``'s (:mod:`mwb.pretraining.run`): the launching process resolves the tokenizer,
 data and initial weights once (:func:`plan_run`), then every rank runs :func:`rank_main` — on this process,
 under ``torchrun``, or on ``--nproc N`` spawned ranks. Each rank builds the datasets (deterministic, so
-identical everywhere), a :class:`~mwb.core.training.trainer.Trainer` over :class:`~.specs.BiEncoderSpec`,
+identical everywhere), a :class:`~mwb.core.training.trainer.Trainer` over :class:`~.biencoder_spec.BiEncoderSpec`,
 optionally copies initial weights in (a Hugging Face / mwb BERT into both towers, or an earlier bi-encoder),
 and trains. Checkpoints carry the tokenizer and ``biencoder/biencoder.json``, so ``mwb eval qa --checkpoint
 OUT`` and ``--resume`` need nothing else. ``finetune dpr`` ends with DPR's validation view (every held-out
@@ -15,14 +15,13 @@ import dataclasses
 import math
 import os
 import sys
-import time
 from typing import Optional
 
 from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.presets import apply_preset
 
 from .biencoder import RetrievalConfig
-from .text import BUNDLED_DPR_TRAIN, BUNDLED_EVIDENCE
+from .inputs import BUNDLED_DPR_TRAIN, BUNDLED_EVIDENCE
 
 KINDS = ("ict", "mss", "dpr")
 BLOCK_KINDS = ("ict", "mss")  # pseudo-queries made from evidence blocks (ICT: a sentence; MSS: a masked salient span)
@@ -80,7 +79,7 @@ def plan_run(kind: str, cfg: RunConfig, rcfg_flags: dict, data: Optional[str], v
     from mwb.core.data.bundled import tokenizer_file
     from mwb.core.tokenizers import load_tokenizer
 
-    from .text import specials
+    from .inputs import specials
 
     if kind not in KINDS:
         raise ConfigError(f"unknown retriever objective '{kind}'")
@@ -128,7 +127,7 @@ def open_datasets(plan: RetrieverPlan, tok, rcfg: RetrievalConfig, seed: int):
     from .data import DPRDataset, ICTDataset, MSSDataset, read_dpr_json
 
     if plan.kind in BLOCK_KINDS:
-        from .text import read_evidence
+        from .inputs import read_evidence
         blocks = ICTDataset if plan.kind == "ict" else MSSDataset
         ev = read_evidence(plan.data)
         if plan.valid:
@@ -165,31 +164,25 @@ def _initialise(trainer, path: str, say) -> None:
 
 def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> None:
     """Everything one rank does; rank 0 alone writes logs, results and prints."""
-    from mwb.core import checkpoint
     from mwb.core.config import to_dict
     from mwb.core.tokenizers import load_tokenizer
-    from mwb.core.training.launch import init_distributed
+    from mwb.core.training import driver
     from mwb.core.training.run_dir import open_run
     from mwb.core.training.step_actions import StepActions
     from mwb.core.training.trainer import Trainer
 
     from .loading import write_config_file
-    from .specs import BiEncoderSpec, retrieval_metrics
+    from .biencoder_spec import BiEncoderSpec, retrieval_metrics
 
-    cfg = update(RunConfig(), cfg_tree)
+    r = driver.start_rank(cfg_tree)
+    cfg, rank, world, device, say = r.cfg, r.rank, r.world, r.device, r.say
     rcfg = RetrievalConfig.from_dict(plan.rcfg)
-    rank, world, device = init_distributed(cfg.parallel.timeout_s)
-    say = print if rank == 0 else (lambda *a, **k: None)
     tok = load_tokenizer(plan.tokenizer)
     train, valid = open_datasets(plan, tok, rcfg, cfg.train.seed)
     trainer = Trainer(cfg, BiEncoderSpec(cfg, plan.vocab_size, rcfg), train, valid, world_size=world, device=device)
     ckpt_root = os.path.join(out, "checkpoints")
-    latest = checkpoint.latest_dir(ckpt_root) if resume else None
-    start = 0
-    if latest is not None:
-        start = checkpoint.load(trainer, latest)
-        say(f"mwb: resumed from {latest} (step {start})", file=sys.stderr)
-    elif plan.init:
+    start, latest = driver.resume_latest(trainer, ckpt_root, resume, say)
+    if latest is None and plan.init:
         _initialise(trainer, plan.init, say)
     n = sum(math.prod(getattr(p, "full_shape", p.shape)) for p in trainer.model.parameters())
     say(f"mwb: {plan.kind} bi-encoder ({'shared' if rcfg.shared else 'separate'} towers, {n / 1e6:.2f}M "
@@ -202,11 +195,8 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
     extras = {"tokenizer": plan.tokenizer}
     if rank == 0:
         extras["biencoder"] = write_config_file(rcfg, out)
-    trainer.install_signal_handlers()
     actions = StepActions(logger, ckpt_root, cfg.train, extra_files=extras, say=say, saved=latest)
-
-    t0 = time.time()
-    history = trainer.run(actions)
+    history, seconds = driver.train(trainer, actions)
     logger.close()
     metrics = {}
     if plan.kind == "dpr":
@@ -214,11 +204,8 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
         if history:
             metrics["train_loss"] = history[-1].loss
     if rank == 0:
-        say(f"mwb: {trainer.step} steps in {time.time() - t0:.1f} s")
-        say(f"mwb: run directory   {os.path.abspath(out)}")
-        say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
-        if actions.saved:
-            say(f"mwb: checkpoint      {actions.saved}")
+        say(f"mwb: {trainer.step} steps in {seconds:.1f} s")
+        driver.banner(say, out, (("checkpoint", actions.saved or None),))
         if metrics:
             from mwb.evaluation.results import write_results
             path = write_results(out, "dpr", metrics, checkpoint=actions.saved, config=to_dict(cfg),
@@ -231,13 +218,6 @@ def rank_main(cfg_tree: dict, plan: RetrieverPlan, out: str, resume: bool) -> No
 
 def train_retriever(cfg: RunConfig, plan: RetrieverPlan, out: str, nproc: Optional[int], resume: bool) -> None:
     """Run :func:`rank_main` on this process, under torchrun, or on ``nproc`` spawned ranks."""
-    from mwb.core.training.job import run_job
+    from mwb.core.training.driver import launch_training
 
-    def prepare(dims):
-        if dims.pp > 1:
-            from mwb.core.parallel.dims import LayoutError
-            raise LayoutError("bi-encoder training does not support pipeline parallelism; use --pp 1")
-        tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
-        return tree, plan, out, resume
-
-    run_job(cfg, nproc, rank_main, prepare, resume=os.path.join(out, "checkpoints") if resume else None)
+    launch_training(cfg, out, nproc, rank_main, lambda: plan, resume, no_pp="bi-encoder training")

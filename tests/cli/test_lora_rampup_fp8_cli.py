@@ -59,15 +59,21 @@ def test_finetune_lora_runs_unchanged_and_its_run_loads_everywhere(tmp_path):
     losses = [r["loss"] for r in records(out)]
     assert losses[-1] < losses[0]  # only the adapters train, and the target loss falls
     res = json.load(open(os.path.join(out, "results.json")))
-    assert "exact_match" in res["metrics"]  # the best checkpoint was evaluated (merged on load)
     best = res["best_checkpoint"]
     meta = json.load(open(os.path.join(best, "metadata.json")))
     assert meta["lora"]["base"] == os.path.abspath(ckpt) and all(".lora_" in n for n in meta["tensors"])
-    gen = mwb("generate", "--checkpoint", out, "--prompt", "Say yes. Reply:", "--max-tokens", "3",
-              "--temperature", "0")
-    assert gen.stdout.strip()
+    # the best checkpoint was evaluated (merged on load): `mwb eval` of it gives the recorded value
+    again = str(tmp_path / "eval")
+    mwb("eval", "prompt-target", "--checkpoint", best, "--data", str(data), "--out", again)
+    assert json.load(open(os.path.join(again, "results.json")))["metrics"]["exact_match"] == \
+        res["metrics"]["exact_match"]
+    prompt = ("--prompt", "Say yes. Reply:", "--max-tokens", "3", "--temperature", "0", "--json")
+    gen = json.loads(mwb("generate", "--checkpoint", out, *prompt).stdout)
     mwb("convert", out, str(tmp_path / "hf"), "--merge")
     assert os.path.isfile(tmp_path / "hf" / "model.safetensors")
+    merged = json.loads(mwb("generate", "--checkpoint", str(tmp_path / "hf"), *prompt).stdout)
+    assert gen["tokens"] and merged["tokens"] == gen["tokens"]  # adapters merged at load = the merged export
+    assert merged["logprobs"] == pytest.approx(gen["logprobs"], abs=1e-4)
 
 
 def test_rampup_logs_the_global_batch_of_every_step(tmp_path):

@@ -87,7 +87,9 @@ def test_engine_generate_streams_and_checks_its_kv_limit(eval_lm):
         assert_same(got, generate(eval_lm, ["The baker", "Tom"], params))
         assert sorted(set(i for i, _ in seen)) == list(range(6)) and max(n for _, n in seen) == 8
         cache = engine.batcher.cache
-        assert 0 < cache.rows * cache.capacity <= 40  # the cache never holds more than --kv-tokens
+        # two rows of at most 8 + prompt (< 20) tokens: growing would double to 64 tokens a row, past the
+        # 40-token budget (--kv-tokens), so the storage is cut to the budget: 2 rows × 40 // 2 tokens
+        assert (cache.rows, cache.capacity) == (2, 20)
         with pytest.raises(ValueError, match="need 48 KV positions; this server holds 40"):
             engine.submit([[5] * 40], SamplingParams(max_tokens=8))
     finally:

@@ -8,7 +8,7 @@ from mwb.core.config import RunConfig, update
 from mwb.core.models.init import is_output_head
 from mwb.core.parallel.collectives import group_size
 from mwb.core.training.batches import SyntheticTokens
-from mwb.core.training.spec import GPTSpec
+from mwb.core.training.model_spec import GPTSpec
 from mwb.core.training.trainer import Trainer
 
 VOCAB = 200

@@ -16,7 +16,7 @@ from mwb.evaluation import stats
 from mwb.evaluation.predictions import read_predictions
 from mwb.repro.experiments.knowledge_agent import NONE, RANDOM, RETRIEVED
 from mwb.repro.registry import get_experiment
-from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, read_evidence
 from mwb.tasks.dialogue.examples import clip
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs

@@ -18,7 +18,7 @@ import pytest
 from mwb.evaluation.predictions import read_predictions
 from mwb.repro.experiments.synthetic_qa import FILTERED, UNFILTERED, UNTRAINED
 from mwb.repro.registry import get_experiment
-from mwb.retrieval.text import BUNDLED_REAL_QUESTIONS, read_questions
+from mwb.retrieval.inputs import BUNDLED_REAL_QUESTIONS, read_questions
 from mwb.tasks.squad.data import read_squad
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs

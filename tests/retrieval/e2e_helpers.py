@@ -87,7 +87,7 @@ def joint_run(layout: dict, world: int, tok_path: str, evidence_path: str, quest
     from mwb.retrieval.biencoder import RetrievalConfig
     from mwb.retrieval.e2e.refresh import RefreshConfig, embed_sharded, indexer_loop, split_roles
     from mwb.retrieval.e2e.train import joint_trainer, make_refresh, run_joint
-    from mwb.retrieval.text import read_evidence
+    from mwb.retrieval.inputs import read_evidence
 
     tok = load_tokenizer(tok_path)
     ev = read_evidence(evidence_path)

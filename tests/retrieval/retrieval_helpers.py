@@ -82,7 +82,7 @@ def train_losses(layout: dict, world: int, tok_path: str, steps: int = 3) -> dic
     from mwb.core.training.trainer import Trainer
     from mwb.retrieval.biencoder import RetrievalConfig
     from mwb.retrieval.data import DPRDataset
-    from mwb.retrieval.specs import BiEncoderSpec
+    from mwb.retrieval.biencoder_spec import BiEncoderSpec
 
     cfg = update(RunConfig(), {"model": MODEL, "parallel": layout["parallel"],
                                "train": {"steps": steps, "micro_batch_size": layout["mbs"], "global_batch_size": 4,
@@ -140,7 +140,7 @@ def sharded_embeddings(rank: int, world: int, tok_path: str, evidence: str, cach
     import torch.distributed as dist
 
     from mwb.retrieval.index import embed_evidence
-    from mwb.retrieval.text import read_evidence
+    from mwb.retrieval.inputs import read_evidence
 
     model, tok, rcfg = tiny_encoder(tok_path)
     ev = read_evidence(evidence)

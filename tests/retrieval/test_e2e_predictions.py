@@ -12,7 +12,7 @@ from mwb.evaluation.predictions import aggregate, read_predictions
 from mwb.retrieval.e2e.evaluate import with_before
 from mwb.retrieval.e2e.train import answerable
 from mwb.retrieval.matching import normalize, simple_tokens
-from mwb.retrieval.text import Evidence
+from mwb.retrieval.inputs import Evidence
 from tests.helpers.cli import run_cli
 
 from .test_e2e_start import RUN_LENGTH, start  # noqa: F401  (the tiny ICT start and its data, a fixture)

@@ -71,7 +71,7 @@ def _settings(path):
 
 
 def _dense(path, evidence):
-    from mwb.retrieval.system import build_system
+    from mwb.retrieval.qa_system import build_system
     opts = {"evidence": evidence, "match": "string", "query_length": None, "context_length": None,
             "batch_size": 8, "index": "flat", "nprobe": 16}
     return build_system(opts, ["dpr"], path, None, None, 0, 1, None)[1]
@@ -88,7 +88,7 @@ def test_lr0_joint_run_evaluates_exactly_as_its_start(start, method, tmp_path, m
     from mwb.retrieval.e2e.train import answerable, split_questions
     from mwb.retrieval.loading import open_source
     from mwb.retrieval.matching import first_hit, top_k_accuracy
-    from mwb.retrieval.text import read_evidence, read_questions
+    from mwb.retrieval.inputs import read_evidence, read_questions
 
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
     out = str(tmp_path / method)
@@ -148,7 +148,7 @@ def joint(start, tmp_path, monkeypatch):
     from mwb.retrieval.e2e.refresh import RefreshConfig
     from mwb.retrieval.e2e.train import DEFAULTS, initialise_retriever, joint_trainer, make_refresh, plan_run
     from mwb.retrieval.loading import open_source
-    from mwb.retrieval.text import read_evidence, read_questions
+    from mwb.retrieval.inputs import read_evidence, read_questions
 
     monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
 
@@ -196,7 +196,7 @@ def test_joint_losses_score_with_the_start_retrievers_own_scoring(joint, start, 
     from mwb.retrieval.biencoder import score_divisor
     from mwb.retrieval.index import DenseIndex, embed_passages
     from mwb.retrieval.loading import load_biencoder
-    from mwb.retrieval.text import pad_batch, query_ids, specials
+    from mwb.retrieval.inputs import pad_batch, query_ids, specials
 
     trainer, batch, records, tok, ev, seen = joint(method)
     trainer.model.train()

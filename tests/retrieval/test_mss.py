@@ -11,8 +11,8 @@ from mwb.core.training.batches import collate
 from mwb.core.training.trainer import Trainer
 from mwb.retrieval.biencoder import RetrievalConfig
 from mwb.retrieval.data import MSSDataset
-from mwb.retrieval.specs import BiEncoderSpec
-from mwb.retrieval.text import BUNDLED_EVIDENCE, Evidence, read_evidence
+from mwb.retrieval.biencoder_spec import BiEncoderSpec
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, Evidence, read_evidence
 
 RCFG = RetrievalConfig(query_length=24, context_length=64, shared=True, pooling="mean", normalize=True,
                        score_scale="temperature", temperature=0.05)

@@ -91,7 +91,7 @@ def test_separate_towers_start_identical_and_validate_settings():
 
 MINILM = None
 try:
-    from mwb.retrieval.system import minilm_dir
+    from mwb.retrieval.qa_system import minilm_dir
     MINILM = minilm_dir()
 except Exception:  # pragma: no cover
     pass
@@ -100,7 +100,7 @@ except Exception:  # pragma: no cover
 @needs(models=["minilm-l6"])
 def test_real_minilm_weights_match_transformers():
     from mwb.core.tokenizers import load_tokenizer
-    from mwb.retrieval.text import pad_batch, query_ids
+    from mwb.retrieval.inputs import pad_batch, query_ids
 
     texts = ["Who wrote Animal Farm?", "Animal Farm is an allegorical novella by George Orwell, published in 1945."]
     hf_tok = transformers.AutoTokenizer.from_pretrained(MINILM)

@@ -108,7 +108,7 @@ def test_pretrain_ict_and_resume(files, capsys, tmp_path):
 
 
 def test_default_encoder_fallback_and_errors(capsys, tmp_path, monkeypatch):
-    from mwb.retrieval import system
+    from mwb.retrieval import qa_system as system
     from mwb.tasks.qa.retrieval import QATask
 
     monkeypatch.chdir(tmp_path)

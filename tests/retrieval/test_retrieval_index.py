@@ -12,7 +12,7 @@ from mwb.core.parallel.state import single_process_state
 from mwb.core.tokenizers import load_tokenizer
 from mwb.retrieval.biencoder import RetrievalConfig, build_biencoder
 from mwb.retrieval.index import DenseIndex, cached_index, embed_evidence, embed_passages, embedding_key
-from mwb.retrieval.text import Evidence
+from mwb.retrieval.inputs import Evidence
 
 from .retrieval_helpers import MODEL, make_tokenizer, passages
 
@@ -83,7 +83,7 @@ def test_bm25_finds_the_lexical_match_and_reuses_its_index(tmp_path, monkeypatch
              "Apollo 11 landed on the Moon", "tennis players serve and return"]
     path = tmp_path / "ev.tsv"
     path.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{t}\tT{i}\n" for i, t in enumerate(texts)))
-    from mwb.retrieval.text import read_evidence
+    from mwb.retrieval.inputs import read_evidence
     ev = read_evidence(str(path))
     bm = BM25Retriever(ev)
     assert not bm.reused

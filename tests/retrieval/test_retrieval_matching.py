@@ -6,7 +6,7 @@ import json
 import pytest
 
 from mwb.retrieval.matching import first_hit, has_answer, parse_ks, simple_tokens, top_k_accuracy
-from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 
 @pytest.mark.parametrize("answers,text,want", [

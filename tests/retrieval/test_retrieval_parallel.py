@@ -68,7 +68,7 @@ def test_sharded_passage_embeddings_equal_one_process(setup):
     import numpy as np
 
     from mwb.retrieval.index import embed_passages
-    from mwb.retrieval.text import read_evidence
+    from mwb.retrieval.inputs import read_evidence
 
     tok, _, _, ranks, ev_path = setup
     model, tokenizer, rcfg = tiny_encoder(tok)

@@ -9,8 +9,8 @@ from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.trainer import Trainer
 from mwb.retrieval.biencoder import RetrievalConfig
 from mwb.retrieval.data import DPRDataset, ICTDataset
-from mwb.retrieval.specs import BiEncoderSpec, retrieval_metrics
-from mwb.retrieval.text import Evidence
+from mwb.retrieval.biencoder_spec import BiEncoderSpec, retrieval_metrics
+from mwb.retrieval.inputs import Evidence
 
 from .retrieval_helpers import MODEL, dpr_records, make_tokenizer
 

@@ -13,6 +13,7 @@ import json
 import os
 from typing import Optional
 
+from ..atomic import commit_file
 from ..config import RunConfig, update
 from ..errors import CheckpointError
 from .format import MARKERS, METADATA, marked_dir, read_metadata, tokenizer_path
@@ -83,7 +84,7 @@ def write_consolidated(dst_file: str, cfg: RunConfig, vocab: int, tensors: dict)
     os.makedirs(os.path.dirname(dst_file), exist_ok=True)
     tmp = dst_file + ".partial"
     save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=meta)
-    os.replace(tmp, dst_file)
+    commit_file(tmp, dst_file)
     return dst_file
 
 

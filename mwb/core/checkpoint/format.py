@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..atomic import commit_file, fsync_dir
 from ..errors import CheckpointError
 from .shards import coverage_error, volume
 
@@ -42,12 +43,10 @@ def write_safetensors(tensors: dict, path: str) -> int:
     tmp = path + ".partial"
     save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in tensors.items()}, tmp,
               metadata={"format": "pt"})
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # safetensors creates 0600 files; shards are as readable as metadata.json
-    os.replace(tmp, path)
+    commit_file(tmp, path)
     return os.path.getsize(path)
 
 
@@ -74,6 +73,7 @@ def commit_directory(tmp: str, final: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)
+    fsync_dir(final)  # the rename itself reaches the disk (the files in it were fsynced as they were written)
 
 
 # What a tokenizer named by its file keeps from beside it, because it changes what the tokenizer is: the

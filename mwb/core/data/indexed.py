@@ -33,6 +33,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from mwb.core.atomic import commit_file
 from mwb.core.errors import DataError
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -142,8 +143,8 @@ class IndexedDatasetWriter:
         try:
             self._bin.close()
             write_index(self._tmp_idx, self.dtype, self._lengths, self._docs)
-            os.replace(self._tmp_bin, bin_path(self.prefix))
-            os.replace(self._tmp_idx, idx_path(self.prefix))
+            commit_file(self._tmp_bin, bin_path(self.prefix))
+            commit_file(self._tmp_idx, idx_path(self.prefix))
         except BaseException:
             self.abort()
             raise

@@ -5,7 +5,7 @@ padding, which the model computes on and throws away. Packing puts documents sid
 per token, which document it belongs to (``doc_ids``, -1 for the padding after the last one) and its position
 inside that document (``position_ids``, restarting at 0). The model then attends within a document only and
 numbers positions per document — Megatron-LM's ``--reset-attention-mask --reset-position-ids`` — so every
-document's token losses are the ones it has alone in a padded row (:mod:`mwb.core.training.spec`).
+document's token losses are the ones it has alone in a padded row (:mod:`mwb.core.training.model_spec`).
 
 A document is a GPT sample (``tokens``/``loss_mask`` of ``seq_length + 1``, the layout of
 :func:`mwb.tasks.api.generative_objective.gpt_sample`) cut after its last target token: nothing after that token

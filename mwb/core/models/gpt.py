@@ -70,12 +70,3 @@ class GPTModel(TiedEmbeddingStage, nn.Module):
         if labels is None:
             return self.head(self.final_norm(x[:, -logits_to_keep:] if logits_to_keep else x))
         return self.loss_fn.head_loss(self.final_norm(x), self.head, labels, loss_mask)
-
-
-def gpt_batch_to_inputs(batch: dict) -> dict:
-    """Megatron's GPT batch: a sample of seq+1 tokens gives inputs ``tokens[:-1]`` and labels ``[1:]``."""
-    t = batch["tokens"]
-    out = {"tokens": t[:, :-1].contiguous(), "labels": t[:, 1:].contiguous()}
-    if "loss_mask" in batch:
-        out["loss_mask"] = batch["loss_mask"][:, 1:] if batch["loss_mask"].size(1) == t.size(1) else batch["loss_mask"]
-    return out

@@ -134,11 +134,6 @@ def reduce_from_tp(x: torch.Tensor, group) -> torch.Tensor:
     return x if group_size(group) == 1 else _ReduceFromRegion.apply(x, group)
 
 
-def scatter_to_tp(x: torch.Tensor, group, dim: int = -1) -> torch.Tensor:
-    """Keep this rank's slice of ``dim`` forward, all-gather backward."""
-    return x if group_size(group) == 1 else _ScatterToRegion.apply(x, dim % x.dim(), group)
-
-
 def gather_from_tp(x: torch.Tensor, group, dim: int = -1) -> torch.Tensor:
     """All-gather ``dim`` forward, keep this rank's slice backward."""
     return x if group_size(group) == 1 else _GatherFromRegion.apply(x, dim % x.dim(), group, False)

@@ -8,7 +8,6 @@ the same model code runs with and without ``torch.distributed``.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -154,9 +153,3 @@ def build_state(dims: ParallelDims, rank: Optional[int] = None, timeout=None) ->
 
 def single_process_state() -> ParallelState:
     return build_state(ParallelDims(world_size=1), rank=0)
-
-
-def all_layouts(world_size: int) -> list[tuple[int, int, int]]:
-    """(tp, pp, dp) triples for ``world_size`` (used by planners and tests)."""
-    return [(t, p, world_size // (t * p)) for t, p in itertools.product(range(1, world_size + 1), repeat=2)
-            if world_size % (t * p) == 0]

@@ -36,7 +36,7 @@ from ..parallel.random import seed_everything
 from ..parallel.stages import rank_stages
 from ..parallel.state import build_state
 from ..training.batches import SyntheticTokens, get_microbatches
-from ..training.spec import GPTSpec
+from ..training.model_spec import GPTSpec
 from .orders import simulate
 from .schedules import make_schedule
 

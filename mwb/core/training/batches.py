@@ -13,10 +13,6 @@ import numpy as np
 import torch
 
 
-def microbatch_indices(step: int, global_batch: int, micro_batch: int, dp_size: int, dp_rank: int) -> list[list[int]]:
-    return sample_indices(step * global_batch, global_batch, micro_batch, dp_size, dp_rank)
-
-
 def sample_indices(start: int, global_batch: int, micro_batch: int, dp_size: int, dp_rank: int) -> list[list[int]]:
     """This data-parallel rank's micro-batches of the global batch of samples ``start … start+G−1``."""
     per_rank = global_batch // dp_size

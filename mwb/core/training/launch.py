@@ -25,6 +25,7 @@ import torch.distributed as dist
 # at exit (see shared/ENVIRONMENT.md).
 import torch.distributed.nn.functional  # noqa: F401
 
+from ..atomic import atomic_write_json
 from ..errors import MwbError, RankError, debug_enabled, error_kind
 
 
@@ -134,9 +135,7 @@ def run_rank(fn: Callable, errors: str, *args) -> None:
                   "message": str(e) if error_kind(e) != "internal" else f"{type(e).__name__}: {e}",
                   "traceback": traceback.format_exc()}
         path = os.path.join(errors, f"rank_{rank}.json")
-        with open(path + ".partial", "w") as f:
-            json.dump(record, f)
-        os.replace(path + ".partial", path)
+        atomic_write_json(path, record, indent=None)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(2 if record["kind"] == "usage" else 1)

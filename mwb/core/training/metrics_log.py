@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..atomic import atomic_open, atomic_write_json
 from ..config import EnergyConfig
 from .energy import EnergyMeter
 from .tracking import FanOut, open_trackers
@@ -86,10 +87,8 @@ class MetricsLogger:
                         self.train_points.append((rec["step"], rec["loss"]))
                     elif "loss" in rec:
                         self.valid_points.append((rec["step"], rec["loss"]))
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
+        with atomic_open(path, "w") as f:
             f.writelines(keep)
-        os.replace(tmp, path)
 
     def log_step(self, res, extra: Optional[dict] = None) -> dict:
         rec = {"step": res.step, "loss": res.loss, "lr": res.lr, "grad_norm": res.grad_norm,
@@ -198,9 +197,7 @@ class MetricsLogger:
         self.summary = {"steps": self._steps, **reading.record(self.meter.cfg.grid_gco2_per_kwh),
                         "grid_gco2_per_kwh": self.meter.cfg.grid_gco2_per_kwh, "energy_source": reading.source}
         path = os.path.join(self.out_dir, "energy.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(_finite(self.summary), f, indent=1)
-        os.replace(path + ".tmp", path)
+        atomic_write_json(path, _finite(self.summary), indent=1)
         print(f"mwb: {self.meter.summary_line(reading)}", file=sys.stderr, flush=True)
         self.file.close()
         self.tracker.log_summary(self.summary)

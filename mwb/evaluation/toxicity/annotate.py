@@ -11,6 +11,7 @@ import os
 from typing import Callable, Optional
 
 from mwb.core.errors import DataError
+from mwb.core.atomic import atomic_write_jsonl
 
 from .scorers import Scorer
 
@@ -45,12 +46,7 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def write_jsonl(path: str, rows: list[dict]) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    atomic_write_jsonl(path, rows, ensure_ascii=False)
     return path
 
 

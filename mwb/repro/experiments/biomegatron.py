@@ -31,7 +31,7 @@ import os
 from mwb.core.errors import DataError
 from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
-from mwb.retrieval.text import BUNDLED_EVIDENCE
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE
 
 from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, PaperValue, PlanSpec, Scale
 from ..registry import register

@@ -17,7 +17,7 @@ from mwb.core.plan import ModelShape, flops_per_iteration
 from mwb.core.plan.measure import LayerCase, compare, measure_layer, measure_on_rank
 from mwb.core.training.batches import SyntheticTokens
 from mwb.core.training.launch import init_distributed, launch
-from mwb.core.training.spec import GPTSpec
+from mwb.core.training.model_spec import GPTSpec
 from mwb.core.training.trainer import DTYPES, Trainer
 
 from ..api import CellResult

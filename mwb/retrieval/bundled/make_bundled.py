@@ -120,7 +120,7 @@ def read_dpr_topics(jar: str, dataset: str, split: str) -> list[dict]:
     import json
     import zipfile
 
-    from mwb.retrieval.text import read_questions
+    from mwb.retrieval.inputs import read_questions
 
     with zipfile.ZipFile(jar) as z:
         body = z.read(f"topics-and-qrels/topics.dpr.{dataset}.{split}.txt").decode("utf-8")

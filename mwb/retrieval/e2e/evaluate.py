@@ -23,7 +23,7 @@ from mwb.evaluation.predictions import item_id
 from mwb.evaluation.squad_metrics import squad_exact_match
 
 from ..matching import first_hit, top_k_accuracy
-from ..text import pad_batch, query_ids, specials
+from ..inputs import pad_batch, query_ids, specials
 from .refresh import embed_sharded, make_index
 
 

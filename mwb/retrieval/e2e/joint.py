@@ -32,12 +32,12 @@ from torch import nn
 
 from mwb.core.config import ConfigError
 from mwb.core.parallel.dims import LayoutError
-from mwb.core.training.spec import ModelSpec
+from mwb.core.training.model_spec import ModelSpec
 
 from ..biencoder import build_biencoder, score_divisor
 from ..data import _Permuted
 from ..matching import has_answer, normalize, simple_tokens
-from ..text import context_ids, pad_batch, query_ids, specials
+from ..inputs import context_ids, pad_batch, query_ids, specials
 from .losses import emdr2_retriever_loss, individual_topk_loss, retriever_scores
 
 METHODS = ("individual", "emdr2", "pipeline")

@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from mwb.core.atomic import atomic_write_text
+from mwb.core.atomic import atomic_open, atomic_write_text
 
 from .refresh import VersionedIndex, make_index
 
@@ -28,12 +28,10 @@ BEFORE_FILE = "heldout_before.json"
 
 def write_index(index: VersionedIndex, directory: str) -> str:
     """``directory/index.npz`` (written under a temporary name, then renamed); returns its path."""
-    os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, INDEX_FILE)
-    tmp = path + ".partial.npz"
-    np.savez(tmp, embeddings=np.asarray(index.embeddings, dtype=np.float32), version=index.version,
-             weights_step=index.weights_step)
-    os.replace(tmp, path)
+    with atomic_open(path, "wb") as f:
+        np.savez(f, embeddings=np.asarray(index.embeddings, dtype=np.float32), version=index.version,
+                 weights_step=index.weights_step)
     return path
 
 

@@ -61,9 +61,12 @@ def make_refresh(cfg: RefreshConfig, trainer: Trainer, tok, evidence, roles=None
                         trainer.cfg.train.steps)
 
 
-def run_joint(trainer: Trainer, refresh, callback: Optional[Callable] = None, started: bool = False):
+def run_joint(trainer: Trainer, refresh, callback: Optional[Callable] = None, started: bool = False,
+              signals: bool = False):
     """Index version 0 from the current weights (unless ``started``: the caller did ``refresh.start``), train
-    with a refresh after each step, close the refresh. Returns the trainer's step history."""
+    with a refresh after each step, close the refresh. Returns the trainer's step history. ``signals``: the
+    command's run, whose stop signals save a checkpoint (:func:`~mwb.core.training.driver.train`)."""
+    from mwb.core.training.driver import train
     spec = trainer.spec
     if not started:
         spec.index = refresh.start(trainer.model.retriever, trainer.step)
@@ -75,7 +78,7 @@ def run_joint(trainer: Trainer, refresh, callback: Optional[Callable] = None, st
         if callback is not None:
             callback(tr, res, stop)
     try:
-        return trainer.run(after)
+        return train(trainer, after)[0] if signals else trainer.run(after)
     finally:
         refresh.close()
 
@@ -164,14 +167,14 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
     from ..loading import open_source, with_model
     from ..readers.base import ReaderConfig
     from ..readers.loading import reader_kind
-    from ..text import BUNDLED_EVIDENCE
+    from ..inputs import BUNDLED_EVIDENCE
     from .joint import METHODS
     from .scoring import joint_scoring
 
     if method not in METHODS:
         raise ConfigError(f"--method must be one of {', '.join(METHODS)}, got '{method}'")
     if not retriever:  # all-MiniLM-L6-v2 as sentence-transformers embeds (mean pooling), else the named BERT
-        from ..system import minilm_dir
+        from ..qa_system import minilm_dir
         retriever = minilm_dir() or DEFAULT_RETRIEVER
     source = open_source(local_checkpoint(retriever))
     cfg = update(with_model(cfg, source), {"model": {"vocab_size": source.vocab_size}})
@@ -224,7 +227,7 @@ def plan_run(cfg, retriever: Optional[str], reader: Optional[str], method: str, 
 
 def default_questions() -> str:
     """The real answerable questions when the bundle has them, else the bundled Wikipedia questions."""
-    from ..text import BUNDLED_QUESTIONS, DATA_DIR
+    from ..inputs import BUNDLED_QUESTIONS, DATA_DIR
 
     real = os.path.join(DATA_DIR, "real_questions.jsonl.gz")
     return real if os.path.isfile(real) else BUNDLED_QUESTIONS
@@ -251,10 +254,9 @@ def reader_factory(plan: E2EPlan, tok, seed: int):
 def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
     """One rank: an indexer (``--indexer-ranks``) or a trainer; rank 0 writes logs, checkpoints' parts and
     ``OUT/results.json``."""
-    from mwb.core import checkpoint
-    from mwb.core.config import RunConfig, to_dict, update
+    from mwb.core.config import to_dict
     from mwb.core.tokenizers import load_tokenizer
-    from mwb.core.training.launch import init_distributed
+    from mwb.core.training import driver
     from mwb.core.training.run_dir import open_run
     from mwb.core.training.step_actions import StepActions
     from mwb.evaluation.predictions import write_predictions
@@ -262,14 +264,14 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
 
     from ..biencoder import RetrievalConfig
     from ..loading import open_source
-    from ..text import read_evidence, read_questions
+    from ..inputs import read_evidence, read_questions
     from .evaluate import heldout_eval, with_before
     from .refresh import indexer_loop, split_roles
 
-    cfg = update(RunConfig(), cfg_tree)
+    r = driver.start_rank(cfg_tree)
+    cfg, rank, world, device = r.cfg, r.rank, r.world, r.device
     rcfg = RetrievalConfig.from_dict(plan.rcfg)
     refresh = RefreshConfig(**plan.refresh)
-    rank, world, device = init_distributed(cfg.parallel.timeout_s)
     tok = load_tokenizer(plan.tokenizer)
     evidence = read_evidence(plan.evidence)
     roles = split_roles(refresh.indexer_ranks, cfg.parallel.timeout_s) if refresh.indexer_ranks else None
@@ -294,11 +296,8 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
     trainer = joint_trainer(cfg, rcfg, plan.method, plan.top_k, reader_factory(plan, tok, cfg.train.seed),
                             train_q, evidence, tok, roles.trainers if roles else world, device)
     ckpt_root = os.path.join(out, "checkpoints")
-    latest = checkpoint.latest_dir(ckpt_root) if resume else None
-    if latest is not None:
-        start = checkpoint.load(trainer, latest)
-        say(f"mwb: resumed from {latest} (step {start})")
-    else:
+    _, latest = driver.resume_latest(trainer, ckpt_root, resume, say)
+    if latest is None:
         kept = initialise_retriever(trainer, open_source(plan.retriever))
         say(f"mwb: retriever from {plan.retriever}" + (f" (new: {', '.join(kept)})" if kept else ""))
     say(f"mwb: retriever scoring in the joint losses and the saved retriever: {plan.scoring}")
@@ -319,7 +318,6 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
     say("mwb: held-out before: " + ", ".join(f"{k} {v:.3f}" for k, v in before.items()))
     logger = open_run(out, cfg, trainer.state.rank, trainer.dims.world_size, start_step=trainer.step,
                       extra={"biencoder": plan.rcfg, "e2e": dataclasses.asdict(plan)})
-    trainer.install_signal_handlers()
     extras = {"tokenizer": plan.tokenizer}
     actions = StepActions(logger, ckpt_root, cfg.train, extra_files=extras, say=say, saved=latest)
     carry = IndexCarrier(out, extras, trainer.state.rank)  # every checkpoint holds the index in use
@@ -329,7 +327,7 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
         carry(tr.spec.index)
         actions(tr, res, stop)
     t0 = time.time()
-    run_joint(trainer, refresher, after_step, started=True)
+    run_joint(trainer, refresher, after_step, started=True, signals=True)
     logger.close()
     seconds = time.time() - t0
     fresh = trainer.spec.index if trainer.spec.index.weights_step == trainer.step else None
@@ -344,29 +342,18 @@ def rank_main(cfg_tree: dict, plan: E2EPlan, out: str, resume: bool) -> None:
         preds = write_predictions(out, with_before(after_records, before_records)) if after_records else None
         say("mwb: held-out after:  " + ", ".join(f"{k} {v:.3f}" for k, v in after.items()))
         say(f"mwb: {trainer.step} steps in {seconds:.1f} s")
-        say(f"mwb: run directory   {os.path.abspath(out)}")
-        say(f"mwb: metrics         {os.path.join(out, 'metrics.jsonl')}")
-        if actions.saved:
-            say(f"mwb: checkpoint      {actions.saved} (retriever/, reader/)")
-        say(f"mwb: results         {path}")
-        if preds:
-            say(f"mwb: predictions     {preds} (one record per held-out question)")
+        driver.banner(say, out, (("checkpoint", f"{actions.saved} (retriever/, reader/)" if actions.saved else None),
+                                 ("results", path),
+                                 ("predictions", f"{preds} (one record per held-out question)" if preds else None)))
 
 
 def train_e2e(cfg, plan: E2EPlan, out: str, nproc: Optional[int], resume: bool) -> None:
-    from mwb.core.training.job import run_job
+    from mwb.core.training.driver import launch_training, no_pipeline, run_tree
 
-    def prepare(dims):
-        if dims.pp > 1:
-            from mwb.core.parallel.dims import LayoutError
-            raise LayoutError("joint retriever-reader training does not support pipeline parallelism; use --pp 1")
-        tree = dataclasses.asdict(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out=out)))
-        return tree, plan, out, resume
-
-    resume_root = os.path.join(out, "checkpoints") if resume else None
+    what = "joint retriever-reader training"
     indexers = plan.refresh["indexer_ranks"]
     if not indexers:
-        run_job(cfg, nproc, rank_main, prepare, resume=resume_root)
+        launch_training(cfg, out, nproc, rank_main, lambda: plan, resume, no_pp=what)
         return
     # the last R ranks index: the layout (and the batch split) is that of the training ranks alone
     from mwb.core.checkpoint import resume_dir
@@ -380,9 +367,10 @@ def train_e2e(cfg, plan: E2EPlan, out: str, nproc: Optional[int], resume: bool) 
         raise LayoutError(f"--indexer-ranks {indexers} leaves no training rank of {world}: use --nproc "
                           f"{indexers + 1} or more")
     dims = parallel_dims(cfg, world - indexers)
-    if resume_root is not None:
-        resume_dir(resume_root)
-    args = prepare(dims)
+    if resume:
+        resume_dir(os.path.join(out, "checkpoints"))
+    no_pipeline(dims, what)
+    args = run_tree(cfg, out), plan, out, resume
     if under_launcher():
         rank_main(*args)
     else:

@@ -17,7 +17,7 @@ import torch
 
 from mwb.core.config import ConfigError
 from mwb.core.training.batches import collate
-from mwb.core.training.spec import ModelSpec
+from mwb.core.training.model_spec import ModelSpec
 
 from .base import doc_context
 from .loading import build_reader_model, fill_reader, wrap

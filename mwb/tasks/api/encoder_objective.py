@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from mwb.core.config import RunConfig
 from mwb.core.errors import CheckpointError
-from mwb.core.training.spec import ModelSpec
+from mwb.core.training.model_spec import ModelSpec
 
 from .encoder_model import build_task_model, load_weights, predict
 

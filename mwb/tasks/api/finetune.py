@@ -24,10 +24,10 @@ import numpy as np
 from mwb.core import checkpoint
 from mwb.core.compose import full_state
 from mwb.core.atomic import atomic_write_text
-from mwb.core.config import RunConfig, update
+from mwb.core.config import RunConfig
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.job import first_process, run_job
-from mwb.core.training.launch import init_distributed
+from mwb.core.training import driver
 from mwb.core.training.run_dir import open_run
 from mwb.core.training.trainer import Trainer
 from mwb.evaluation.predictions import write_predictions
@@ -66,9 +66,8 @@ def better(metric: str, value: float, best: float) -> bool:
 
 def rank_main(tree: dict, job: dict) -> None:
     """One rank of a fine-tuning run (``job``: task, task_opts, data, checkpoint, out, tokenizer, resume)."""
-    cfg = update(RunConfig(), tree)
-    rank, world, device = init_distributed(cfg.parallel.timeout_s)
-    say = print if rank == 0 else (lambda *a, **k: None)
+    r = driver.start_rank(tree)
+    cfg, rank, world, device, say = r.cfg, r.rank, r.world, r.device, r.say
     task = get_task(job["task"])(**job["task_opts"])
     obj = task.training_module()
     tok = load_tokenizer(job["tokenizer"])
@@ -91,8 +90,7 @@ def rank_main(tree: dict, job: dict) -> None:
         say(f"mwb: not in the pretrained checkpoint, trained from scratch: {', '.join(spec.missing)}",
             file=sys.stderr)
     out, ckpt_root = job["out"], os.path.join(job["out"], "checkpoints")
-    start = checkpoint.load(trainer, checkpoint.latest_dir(ckpt_root)) if job.get("resume") and \
-        checkpoint.latest_dir(ckpt_root) else 0
+    start, _ = driver.resume_latest(trainer, ckpt_root, bool(job.get("resume")), driver.silent)
     logger = open_run(out, cfg, rank, world, start_step=start,
                       extra={"task": {**job, "train_examples": len(train_ex), "dev_examples": len(dev_ex)}})
     steps_per_epoch = job["steps_per_epoch"]
@@ -110,7 +108,6 @@ def rank_main(tree: dict, job: dict) -> None:
         if best["step"] is not None:  # the kill may have come between a checkpoint and this file
             atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{best['step']}\n")
     epoch_preds: list = []  # this epoch's dev predictions (encoder tasks): the best epoch's become its records
-    trainer.install_signal_handlers()
 
     def epoch_metrics(tr) -> dict:
         if obj is generative_objective:  # target-token loss over ⌊dev/G⌋ global batches (at least one)
@@ -138,7 +135,7 @@ def rank_main(tree: dict, job: dict) -> None:
         elif stop or (cfg.train.save_interval and res.step % cfg.train.save_interval == 0):
             checkpoint.save(tr, ckpt_root, extra_files={"tokenizer": job["tokenizer"]})
 
-    trainer.run(after_step)
+    driver.train(trainer, after_step)
     logger.close()
     if rank == 0 and best["step"] is not None:
         write_results(out, task.name, best["metrics"], checkpoint=job["checkpoint"],

@@ -8,7 +8,7 @@ the target); a target that does not fit is cut. T5: the encoder reads ``prompt +
 (:mod:`mwb.core.data.t5`). Decoder lengths are rounded up to a multiple of 8 so sequence parallelism can
 split them (padding is masked out of attention and loss).
 
-Both run on the pretraining specs (:class:`~mwb.core.training.spec.GPTSpec`, ``T5Spec``), so every layout the
+Both run on the pretraining specs (:class:`~mwb.core.training.model_spec.GPTSpec`, ``T5Spec``), so every layout the
 trainer has (TP/SP/PP/DP, the distributed optimizer, precision, accumulation) applies; the pretrained
 weights are copied into each rank's chunk when it is built, before the optimizer takes its fp32 masters.
 
@@ -26,7 +26,7 @@ from mwb.core.compose import load_full_model
 from mwb.core.config import ConfigError, RunConfig
 from mwb.core.data.t5 import end_and_start_ids
 from mwb.core.tokenizers import load_tokenizer
-from mwb.core.training.spec import GPTSpec, PaddingMetric
+from mwb.core.training.model_spec import GPTSpec, PaddingMetric
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.lm import LanguageModel
 from mwb.evaluation.seq2seq import Seq2SeqModel, generate_seq2seq

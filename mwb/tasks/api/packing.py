@@ -25,7 +25,7 @@ from mwb.core.config import ConfigError, RunConfig
 from mwb.core.data.packing import empty_row, pack_samples
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.batches import collate
-from mwb.core.training.spec import document_tokens
+from mwb.core.training.model_spec import document_tokens
 
 from . import generative_objective
 

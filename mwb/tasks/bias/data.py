@@ -31,7 +31,7 @@ import numpy as np
 
 from mwb.core.data.package_files import package_path
 from mwb.core.errors import DataError
-from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, read_evidence
 
 from ..api.formats.checks import cell_number, read_text
 from ..bbc.data import BUNDLED as BBC, read_articles

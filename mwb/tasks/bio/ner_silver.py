@@ -25,6 +25,7 @@ import random
 import shutil
 from typing import Iterable, Optional, Sequence
 
+from mwb.core.atomic import atomic_write_text
 from mwb.core.data.cache import cache_root, cached_dir, digest, file_digest
 from mwb.core.data.medline import iter_medline
 from mwb.core.data.sentences import split_sentences
@@ -80,10 +81,7 @@ def write_silver_ner(paths: Sequence[str], out: str, sizes: Optional[Sequence[in
         mentions = [" ".join(words[i:j]) for doc in part for words, tags in doc for i, j in _spans(tags)]
         for name, text in ((f"{split}.tsv", "\n".join(lines)), (f"{split}_mentions.txt", "".join(
                 m + "\n" for m in mentions))):
-            tmp = os.path.join(out, f".{name}.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, os.path.join(out, name))
+            atomic_write_text(os.path.join(out, name), text)
         counts[split] = {"citations": len(part), "sentences": sum(len(d) for d in part),
                          "mentions": sum(tags.count("B") for d in part for _, tags in d)}
     return counts

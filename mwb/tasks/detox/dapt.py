@@ -19,7 +19,7 @@ from typing import Optional
 
 from mwb.core import checkpoint
 from mwb.core.compose import full_state
-from mwb.core.config import RunConfig, update
+from mwb.core.config import update
 from mwb.core.data import build_datasets
 from mwb.core.data.bundled import corpus_file
 from mwb.core.data.cache import cache_root, cached_dir, digest, file_digest
@@ -27,7 +27,7 @@ from mwb.core.data.preprocess import preprocess
 from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.job import first_process, run_job
-from mwb.core.training.launch import init_distributed
+from mwb.core.training import driver
 from mwb.core.training.run_dir import open_run
 from mwb.core.training.trainer import Trainer
 from mwb.evaluation.results import write_results
@@ -69,9 +69,8 @@ def held_out_corpus(tokenizer: str) -> str:
 
 def rank_main(tree: dict, job: dict) -> None:
     """One rank: ``job`` has checkpoint, data (a .bin/.idx prefix), heldout, tokenizer, out."""
-    cfg = update(RunConfig(), tree)
-    rank, world, device = init_distributed(cfg.parallel.timeout_s)
-    say = print if rank == 0 else (lambda *a, **k: None)
+    r = driver.start_rank(tree)
+    cfg, rank, world, device, say = r.cfg, r.rank, r.world, r.device, r.say
     t = cfg.train
     tok = load_tokenizer(job["tokenizer"])
     train, _, _ = build_datasets("gpt", [job["data"]], tok, t.seq_length, t.seed, "100,0,0",
@@ -88,8 +87,7 @@ def rank_main(tree: dict, job: dict) -> None:
     before = trainer.evaluate(t.eval_steps)
     say(f"mwb: held-out perplexity before training {math.exp(before):.3f}", file=sys.stderr)
     logger = open_run(out, cfg, rank, world, extra={"dapt": job})
-    trainer.install_signal_handlers()
-    trainer.run(lambda tr, res, stop: logger.log_step(res))
+    driver.train(trainer, lambda tr, res, stop: logger.log_step(res))
     after = trainer.evaluate(t.eval_steps)
     logger.log_eval(trainer.step, {"loss": after, "ppl": math.exp(min(after, 50.0))})
     logger.close()

@@ -28,7 +28,7 @@ class ActorRanker:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Normalised ``[n, d]`` embeddings (query tower)."""
         from mwb.retrieval.biencoder import embed_texts
-        from mwb.retrieval.text import pad_batch, query_ids, specials
+        from mwb.retrieval.inputs import pad_batch, query_ids, specials
 
         ids = query_ids(self.tok, [t or "." for t in texts], self.source.rcfg.query_length)
         pad = specials(self.tok)[2]

@@ -26,7 +26,7 @@ from mwb.core.config import ConfigError
 from mwb.evaluation.chat_format import ChatFormat
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.retrieval.bm25 import BM25Retriever
-from mwb.retrieval.text import read_evidence
+from mwb.retrieval.inputs import read_evidence
 
 from . import data as dialogue_data
 from .examples import render_prompt

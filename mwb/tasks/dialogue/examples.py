@@ -74,8 +74,8 @@ def candidates(conversations: list[dict], context_turns: int, responder: Optiona
 
 def retrieve(queries: list[str], evidence: Optional[str], retriever: str, k: int) -> list[list[str]]:
     """Top-``k`` passage texts per query from the evidence TSV (default: the bundled Wikipedia passages)
-    with mwb's BM25 or DPR retriever (:func:`mwb.retrieval.system.build_system`)."""
-    from mwb.retrieval.system import build_system, default_encoder
+    with mwb's BM25 or DPR retriever (:func:`mwb.retrieval.qa_system.build_system`)."""
+    from mwb.retrieval.qa_system import build_system, default_encoder
     opts = {"evidence": evidence, "match": "string", "query_length": 64, "context_length": 256, "batch_size": 64,
             "index": "flat", "nprobe": 16}
     encoder = default_encoder(lambda m: print(f"mwb: {m}", file=sys.stderr)) if retriever == "dpr" else None
@@ -90,7 +90,7 @@ def draw_passages(keys: Sequence[str], evidence: Optional[str], k: int, seed: in
     searches), never one of that key's ``exclude`` texts (the passages retrieved for it): the control that
     puts *a* passage in the prompt where the retrieved one would be. Each key's draw is its own numpy
     Generator seeded by ``(seed, md5(key))``, so it depends on neither the order nor the number of examples."""
-    from mwb.retrieval.text import read_evidence
+    from mwb.retrieval.inputs import read_evidence
     texts = read_evidence(evidence or _default_evidence()).texts
     distinct = set(texts)
     out = []
@@ -110,7 +110,7 @@ def draw_passages(keys: Sequence[str], evidence: Optional[str], k: int, seed: in
 
 
 def _default_evidence() -> str:
-    from mwb.retrieval.text import BUNDLED_EVIDENCE
+    from mwb.retrieval.inputs import BUNDLED_EVIDENCE
     return BUNDLED_EVIDENCE
 
 

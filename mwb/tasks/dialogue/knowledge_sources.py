@@ -22,7 +22,7 @@ import os
 from typing import Optional
 
 from mwb.core.data.cache import cache_root, cached_dir
-from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, read_evidence
 
 from ..story.knowledge import wordnet
 

@@ -25,7 +25,7 @@ import numpy as np
 from mwb.core.config import ConfigError
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.loading import load_language_model
-from mwb.retrieval.system import minilm_dir
+from mwb.retrieval.qa_system import minilm_dir
 
 from ..api.base import Option, Task
 from ..api.records import example_ids
@@ -48,7 +48,7 @@ class Prompter:
 
     def embed(self, texts: list[str], batch: int = 32) -> np.ndarray:
         from mwb.retrieval.biencoder import embed_texts
-        from mwb.retrieval.text import pad_batch, query_ids, specials
+        from mwb.retrieval.inputs import pad_batch, query_ids, specials
         ids = query_ids(self.encoder_tok, texts, self.rcfg.query_length)
         pad = specials(self.encoder_tok)[2]
         batches = (pad_batch(ids[s:s + batch], pad) for s in range(0, len(ids), batch))

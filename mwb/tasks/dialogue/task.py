@@ -156,7 +156,7 @@ class Dialogue(base.Task):
         if scored is not None:
             out.update(reply_ppl_metrics(scored))
         if self.opts["actors"] and self.opts["ranker_candidates"] > 1:
-            from mwb.retrieval.system import minilm_dir
+            from mwb.retrieval.qa_system import minilm_dir
             from .actor_ranker import ActorRanker, consistency_hits
             encoder = minilm_dir()
             if encoder is None:

@@ -34,8 +34,8 @@ from mwb.retrieval.readers import training
 from mwb.retrieval.readers.base import KINDS, ReaderConfig, holds_answer
 from mwb.retrieval.readers.loading import load_reader
 from mwb.retrieval.salient_spans import mss_questions
-from mwb.retrieval.system import RandomRetriever
-from mwb.retrieval.text import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
+from mwb.retrieval.qa_system import RandomRetriever
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 from ..api.base import Option, Task
 from ..api.spec import Finetuning, Start

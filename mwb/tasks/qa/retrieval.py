@@ -6,7 +6,7 @@ Metrics are ``<retriever>_top<k>`` for k in ``--top-k`` (default 1, 5, 20, 100, 
 ``num_questions``; without ``--retriever`` both retrievers run on the same corpus and questions and a
 side-by-side table is printed. ``--retriever random`` is the no-retrieval control. Default questions: the
 real DPR questions the bundled evidence can answer (``real_questions.jsonl.gz``; ``--limit N`` for fewer).
-The retrieval system (index, caches) is :mod:`mwb.retrieval.system`.
+The retrieval system (index, caches) is :mod:`mwb.retrieval.qa_system`.
 
 ``--reader C`` (an extractive BERT, FiD T5 or causal GPT reader, :mod:`mwb.retrieval.readers`) also answers
 every question from each retriever's top ``--reader-k`` passages: ``<retriever>_exact_match`` and
@@ -26,8 +26,8 @@ from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
 from mwb.retrieval.matching import MATCH_MODES, first_hit, parse_ks, top_k_accuracy
 from mwb.retrieval.readers.base import ReaderConfig
 from mwb.retrieval.readers.loading import joint_run_parts, load_reader
-from mwb.retrieval.system import CONTROLS, RETRIEVERS, QASystem, build_system, default_encoder, format_table
-from mwb.retrieval.text import BUNDLED_REAL_QUESTIONS, read_questions
+from mwb.retrieval.qa_system import CONTROLS, RETRIEVERS, QASystem, build_system, default_encoder, format_table
+from mwb.retrieval.inputs import BUNDLED_REAL_QUESTIONS, read_questions
 
 from ..api.base import Option, Task
 from ..api.records import unique

@@ -23,7 +23,7 @@ from mwb.core.checkpoint.writer import write_model_checkpoint
 from mwb.core.tokenizers import load_tokenizer
 from mwb.retrieval.biencoder import RetrievalConfig
 from mwb.retrieval.loading import biencoder_tensors, load_biencoder, open_source, write_config_file
-from mwb.retrieval.text import context_ids, pad_batch, query_ids
+from mwb.retrieval.inputs import context_ids, pad_batch, query_ids
 
 
 # all-MiniLM-L6-v2's own settings (sentence-transformers: mean pooling, normalised), which the converted named

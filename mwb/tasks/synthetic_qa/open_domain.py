@@ -25,7 +25,7 @@ from mwb.core.tokenizers import load_tokenizer
 from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.matching import has_answer
-from mwb.retrieval.text import BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
+from mwb.retrieval.inputs import BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 from ..api import encoder_objective
 from ..api.encoder_model import build_task_model, load_weights

@@ -39,7 +39,7 @@ from mwb.core.atomic import atomic_write_text
 from mwb.core.config import ConfigError
 from mwb.core.errors import MwbError
 from mwb.evaluation.loading import load_language_model
-from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, read_evidence
 
 from ..api.stages import Stages
 from ..squad.data import read_squad

@@ -11,7 +11,7 @@ from mwb.core.config import RunConfig, update
 from mwb.core.models.init import canonical_name
 from mwb.core.parallel.state import single_process_state
 from mwb.core.training.batches import SyntheticTokens
-from mwb.core.training.spec import GPTSpec
+from mwb.core.training.model_spec import GPTSpec
 from mwb.core.training.trainer import Trainer
 
 LLAMA = {"arch": "gpt", "num_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "num_query_groups": 2,

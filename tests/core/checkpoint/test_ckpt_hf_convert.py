@@ -106,7 +106,7 @@ def test_converted_checkpoint_trains_in_a_trainer(tmp_path):
 
     from mwb.core import checkpoint
     from mwb.core.training.batches import SyntheticTokens
-    from mwb.core.training.spec import GPTSpec
+    from mwb.core.training.model_spec import GPTSpec
     from mwb.core.training.trainer import Trainer
 
     model, _ = llama()

@@ -10,7 +10,7 @@ from mwb.core import checkpoint
 from mwb.core.compose import full_state, load_full_model
 from mwb.core.errors import CheckpointError
 from mwb.core.training.batches import SyntheticTokens
-from mwb.core.training.spec import GPTSpec
+from mwb.core.training.model_spec import GPTSpec
 from mwb.core.training.trainer import Trainer
 from tests.core.checkpoint.lora_runs import GPT2, LLAMA, lora_trainer, write_base
 

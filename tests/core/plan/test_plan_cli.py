@@ -80,3 +80,24 @@ def test_plan_prints_the_energy_of_the_planned_run(capsys):
     seconds = e["train_flops"] / (2240 * 312e12 * e["mfu"])
     assert e["energy_j"] == pytest.approx(seconds * 2240 * 500.0)
     assert e["co2e_t"] == pytest.approx(e["energy_j"] / 3.6e6 * 100 / 1e6) and 0 < e["mfu"] < 1
+
+
+def test_set_wins_over_flags_as_in_every_other_command(capsys):
+    """One precedence rule (options.build_config): preset → --config → flags → --set, --set last."""
+    from mwb.cli.options import build_config
+
+    cfg = build_config("gpt-tiny", {"seq_length": 64, "sets": ("train.seq_length=128",)})
+    assert cfg.train.seq_length == 128
+    args = ("--preset", "gpt-1.3b", "--gpus", "64", "--top", "2", "--json")
+    _, want, _ = _run(capsys, *args, "--seq-length", "1024", "--global-batch-size", "256", "--precision", "fp16",
+                      "--grid-gco2", "100")
+    code, got, err = _run(capsys, *args, "--seq-length", "2048", "--set", "train.seq_length=1024",
+                          "--global-batch-size", "1024", "--set", "train.global_batch_size=256",
+                          "--precision", "fp32", "--set", "train.precision=fp16",
+                          "--grid-gco2", "500", "--set", "energy.grid_gco2_per_kwh=100")
+    assert code == 0, err
+    w, g = json.loads(want), json.loads(got)
+    assert g == w
+    _, other, _ = _run(capsys, *args, "--seq-length", "2048", "--global-batch-size", "256", "--precision", "fp16",
+                       "--grid-gco2", "100")
+    assert json.loads(other) != w  # the sequence length does change the plan: the comparison above can fail

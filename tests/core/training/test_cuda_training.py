@@ -13,7 +13,7 @@ import torch
 
 from mwb.core.config import RunConfig, update
 from mwb.core.training.batches import SyntheticTokens
-from mwb.core.training.spec import GPTSpec
+from mwb.core.training.model_spec import GPTSpec
 from mwb.core.training.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -10,7 +10,7 @@ from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.data.packing import pack_samples
 from mwb.core.parallel.state import single_process_state
 from mwb.core.training.batches import collate
-from mwb.core.training.spec import GPTSpec, PaddingMetric, document_tokens
+from mwb.core.training.model_spec import GPTSpec, PaddingMetric, document_tokens
 from mwb.core.training.trainer import Trainer
 from tests.helpers.distributed import run_ranks
 

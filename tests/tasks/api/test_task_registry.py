@@ -63,10 +63,11 @@ def test_discovery_walks_a_family_recursively_and_reports_a_broken_module(tmp_pa
         "@register('registry-walk-test')\nclass Deep(Task):\n    description = 'x'\n")
     (fam / "sub" / "broken.py").write_text("raise ImportError('no such extra')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
-    monkeypatch.setattr(registry, "_import_errors", {})
+    monkeypatch.setattr(registry.TASKS, "items", dict(registry.TASKS.items))
+    monkeypatch.setattr(registry.TASKS, "_sources", dict(registry.TASKS._sources))
+    monkeypatch.setattr(registry.TASKS, "import_errors", {})
     registry._import_tree("fam_pkg")
-    assert registry._TASKS["registry-walk-test"].__module__ == "fam_pkg.sub.deep"
-    assert registry._import_errors == {"fam_pkg.sub.broken": "ImportError: no such extra"}
+    assert registry.TASKS.items["registry-walk-test"].__module__ == "fam_pkg.sub.deep"
+    assert registry.TASKS.import_errors == {"fam_pkg.sub.broken": "ImportError: no such extra"}
     with pytest.raises(ConfigError, match=r"fam_pkg\.sub\.broken failed to import \(ImportError: no such extra\)"):
         registry.get_task("nope")

@@ -56,7 +56,7 @@ def test_consistency_hits_are_per_reply_and_average_to_the_share():
 
 
 def test_dialogue_records_carry_the_rankers_verdict_per_reply(tmp_path, monkeypatch):
-    import mwb.retrieval.system as system
+    import mwb.retrieval.qa_system as system
     monkeypatch.setattr(system, "minilm_dir", lambda: str(tmp_path))
     monkeypatch.setattr(actor_ranker, "ActorRanker", lambda encoder: FakeRanker())
     path = chitchat_sample(tmp_path / "dataset.json", 40)

@@ -3,7 +3,7 @@
 import pytest
 
 from mwb.retrieval.bm25 import BM25Retriever
-from mwb.retrieval.text import BUNDLED_EVIDENCE, Evidence, read_evidence
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, Evidence, read_evidence
 from mwb.tasks.dialogue.knowledge_sources import knowledge_path
 from tests.helpers.needs import needs
 

@@ -10,7 +10,7 @@ import pytest
 
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
-from mwb.retrieval.text import BUNDLED_EVIDENCE, read_evidence
+from mwb.retrieval.inputs import BUNDLED_EVIDENCE, read_evidence
 from mwb.tasks.api.registry import get_task
 from mwb.tasks.dialogue.knowledge_sources import knowledge_path
 from tests.helpers.needs import needs

@@ -13,7 +13,7 @@ from mwb.evaluation.predictions import read_predictions
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.readers.base import ReaderConfig
 from mwb.retrieval.readers.loading import joint_run_parts, load_reader
-from mwb.retrieval.text import read_evidence, read_questions
+from mwb.retrieval.inputs import read_evidence, read_questions
 from tests.helpers.checkpoints import tiny_checkpoint
 from tests.helpers.cli import run_cli
 from tests.helpers.records import assert_run_dir

@@ -10,7 +10,7 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mwb.retrieval.text import read_questions
+from mwb.retrieval.inputs import read_questions
 from tests.helpers.fuzz import FUZZ, bad_utf8, fails, folder, sentence, truncated_line, write
 
 questions = st.lists(st.tuples(sentence, st.lists(sentence, min_size=1, max_size=3)), min_size=1, max_size=5)

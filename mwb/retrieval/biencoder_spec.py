@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from mwb.core.parallel.dims import LayoutError
-from mwb.core.training.spec import ModelSpec
+from mwb.core.training.model_spec import ModelSpec
 
 from .biencoder import RetrievalConfig, build_biencoder, in_batch_loss, score_divisor
 

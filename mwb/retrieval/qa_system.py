@@ -22,7 +22,7 @@ import numpy as np
 from mwb.core.config import ConfigError, RunConfig
 
 from .matching import normalize, simple_tokens
-from .text import BUNDLED_EVIDENCE, read_evidence
+from .inputs import BUNDLED_EVIDENCE, read_evidence
 
 RETRIEVERS = ("dpr", "bm25")
 CONTROLS = ("random",)  # run only when asked for (--retriever random): what a reader gets without retrieval
@@ -111,7 +111,7 @@ class DenseRetriever:
 
     def search(self, questions, k: int):
         from .biencoder import embed_texts
-        from .text import pad_batch, query_ids, specials
+        from .inputs import pad_batch, query_ids, specials
 
         ids = query_ids(self.tok, questions, self.rcfg.query_length)
         pad = specials(self.tok)[2]

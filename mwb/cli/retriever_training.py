@@ -99,7 +99,7 @@ def ict(evidence, valid, query_in_block_prob, **kw):
               help="Chance the masked sentence stays in its block (default 0.1).")
 def mss(evidence, valid, query_in_block_prob, **kw):
     if not kw.get("checkpoint") and not kw.get("resume"):
-        from mwb.retrieval.system import minilm_dir
+        from mwb.retrieval.qa_system import minilm_dir
 
         # the sentence-transformers directory keeps MiniLM's retrieval settings (one tower, mean pooling,
         # cosine); the converted named model is the same weights as a plain BERT ([CLS] pooling)
