@@ -10,6 +10,9 @@ SRC a Hugging Face model directory (config.json + safetensors/bin weights):
     DST becomes an mwb checkpoint directory (load it with --checkpoint DST, or fine-tune from it).
 SRC an mwb run directory, checkpoints/ directory, step_N directory or consolidated .safetensors:
     DST becomes a Hugging Face directory (config.json + model.safetensors) for from_pretrained.
+SRC a Megatron-LM legacy checkpoint (a --save directory with latest_checkpointed_iteration.txt, or an
+    iter_NNNNNNN / release directory of mp_rank_TT[_PPP]/model_optim_rng.pt; GPT or BERT, any TP/PP):
+    DST becomes an mwb checkpoint, shards merged, with the vocabulary files found beside it.
 SRC a .gguf file (llama.cpp; Llama family, any quantisation the gguf package reads):
     DST becomes an mwb checkpoint, dequantised to float32, with the tokenizer and chat template.
 
@@ -32,6 +35,7 @@ positions). Tokenizer files are copied when present.
 def convert(src, dst, force, merge, peft):
     from mwb.core.compose import export_lora
     from mwb.core.convert import convert as run
+    from mwb.core.convert import is_megatron_legacy
     from mwb.core.named_models import local_checkpoint
 
     if merge and peft:
@@ -41,6 +45,7 @@ def convert(src, dst, force, merge, peft):
         what = "PEFT adapter directory" if peft else "Hugging Face model (adapters merged)"
         click.echo(f"mwb: converted {family} LoRA run {src} → {what} {out}")
         return
-    direction, out, family = run(local_checkpoint(src), dst, overwrite=force)
+    source = src if is_megatron_legacy(src) else local_checkpoint(src)  # a Megatron SRC converts to mwb here
+    direction, out, family = run(source, dst, overwrite=force)
     what = "Hugging Face model" if direction == "mwb-to-hf" else "mwb checkpoint"
     click.echo(f"mwb: converted {family} {src} → {what} {out}")

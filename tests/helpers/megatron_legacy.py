@@ -122,3 +122,66 @@ def write_gpt2(hf, save: str, tp: int = 1, pp: int = 1, version: float = 3.0, it
             torch.save({"args": args, "checkpoint_version": version, "iteration": 0, "model": model},
                        shard_dir(d, t, p, pp))
     return d
+
+
+def bert_layers(hf) -> list[dict]:
+    """Per layer, Megatron-named full tensors of a ``MegatronBertForPreTraining`` / ``…ForMaskedLM``."""
+    sd = hf.state_dict()
+    out = []
+    for i in range(hf.config.num_hidden_layers):
+        p = f"bert.encoder.layer.{i}."
+        g = lambda n: (sd[p + n + ".weight"], sd[p + n + ".bias"])  # noqa: E731
+        out.append({"q": g("attention.self.query"), "k": g("attention.self.key"), "v": g("attention.self.value"),
+                    "input_layernorm": g("attention.ln"), "post_attention_layernorm": g("ln"),
+                    "dense": g("attention.output.dense"), "h_to_4h": g("intermediate.dense"),
+                    "4h_to_h": g("output.dense")})
+    return out
+
+
+def write_bert(hf, save: str, tp: int = 1, pp: int = 1, version: float = 3.0, iteration=1000,
+               divisible: int = 8, new_names: bool = False, lower_case: bool = True) -> str:
+    """A legacy BERT checkpoint of ``hf`` (``MegatronBertForPreTraining``, exact gelu) under ``save``."""
+    c = hf.config
+    d = write_tracker(save, iteration)
+    padded = -(-c.vocab_size // (divisible * tp)) * divisible * tp
+    args = argparse.Namespace(num_layers=c.num_hidden_layers, hidden_size=c.hidden_size,
+                              num_attention_heads=c.num_attention_heads, ffn_hidden_size=c.intermediate_size,
+                              max_position_embeddings=c.max_position_embeddings, padded_vocab_size=padded,
+                              make_vocab_size_divisible_by=divisible, tensor_model_parallel_size=tp,
+                              pipeline_model_parallel_size=pp, layernorm_epsilon=c.layer_norm_eps,
+                              bias_gelu_fusion=False, openai_gelu=False, bert_binary_head=True,
+                              tokenizer_type="BertWordPieceLowerCase" if lower_case else "BertWordPieceCase",
+                              vocab_file="/data/bert-vocab.txt")
+    sd = hf.state_dict()
+    wte = pad_rows(sd["bert.embeddings.word_embeddings.weight"], padded)
+    lm_bias = pad_rows(sd["cls.predictions.bias"], padded)
+    layers = bert_layers(hf)
+    per = c.num_hidden_layers // pp
+    for p in range(pp):
+        for t in range(tp):
+            lm = {}
+            if p == 0:
+                lm["embedding"] = {"word_embeddings": {"weight": wte.chunk(tp)[t].clone()},
+                                   "position_embeddings": {"weight": sd["bert.embeddings.position_embeddings.weight"]},
+                                   "tokentype_embeddings": {"weight": sd["bert.embeddings.token_type_embeddings.weight"]}}
+            body = {}
+            for j in range(per):
+                for k, v in layer_shard(layers[p * per + j], t, tp, c.num_attention_heads, version,
+                                        "self_attention" if new_names else "attention", new_names).items():
+                    body[f"layers.{j}.{k}"] = v
+            model = {"language_model": lm}
+            if p == pp - 1:
+                body["final_layernorm.weight"] = sd["bert.encoder.ln.weight"]
+                body["final_layernorm.bias"] = sd["bert.encoder.ln.bias"]
+                lm["pooler"] = {"dense.weight": sd["bert.pooler.dense.weight"], "dense.bias": sd["bert.pooler.dense.bias"]}
+                model["lm_head"] = {"bias": lm_bias.chunk(tp)[t].clone(),
+                                    "dense": {"weight": sd["cls.predictions.transform.dense.weight"],
+                                              "bias": sd["cls.predictions.transform.dense.bias"]},
+                                    "layernorm": {"weight": sd["cls.predictions.transform.LayerNorm.weight"],
+                                                  "bias": sd["cls.predictions.transform.LayerNorm.bias"]}}
+                model["binary_head"] = {"weight": sd["cls.seq_relationship.weight"],
+                                        "bias": sd["cls.seq_relationship.bias"]}
+            lm["encoder" if new_names else "transformer"] = body
+            torch.save({"args": args, "checkpoint_version": version, "iteration": iteration, "model": model},
+                       shard_dir(d, t, p, pp))
+    return d
