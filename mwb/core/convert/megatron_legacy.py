@@ -35,6 +35,7 @@ from typing import Optional
 
 import torch
 
+from . import megatron_core
 from .hf_io import ConversionError
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -133,6 +134,8 @@ def _stage_tensors(ck: dict, file: str) -> dict:
         raise ConversionError(f"{file} has no 'model' (virtual-pipeline checkpoints, model0/model1…, are not "
                               f"supported)")
     model = ck["model"]
+    if megatron_core.is_core_state(model):
+        return megatron_core.uniform(model, file)
     lm = model.get("language_model", model)
     out = {}
     for k, v in _flatten(lm.get("embedding", {})).items():
@@ -153,9 +156,19 @@ def _stage_tensors(ck: dict, file: str) -> dict:
     return out
 
 
-def _split_qkv(t: torch.Tensor, version: float, heads: int, where: str) -> tuple:
-    """A TP shard's fused QKV (weight ``[3·np·hn, h]`` or bias) → (q, k, v), each ``[np·hn, …]``."""
+def _split_qkv(t: torch.Tensor, version: float, heads: int, where: str, groups: int = 0) -> tuple:
+    """A TP shard's fused QKV (weight ``[(np + 2·ng)·hn, h]`` or bias) → (q ``[np·hn, …]``, k, v ``[ng·hn, …]``);
+    ``groups`` (ng) < ``heads`` (np) is grouped-query attention, whose rows are ``[ng, np/ng + 2, hn]``."""
     rest = t.shape[1:]
+    groups = groups or heads
+    if groups != heads:
+        if version < 2.0:
+            raise ConversionError(f"{where}: grouped-query attention with checkpoint_version {version} < 2")
+        per = heads // groups
+        hn = t.shape[0] // (heads + 2 * groups)
+        x = t.view(groups, per + 2, hn, *rest)
+        return (x[:, :per].reshape(heads * hn, *rest), x[:, per].reshape(groups * hn, *rest),
+                x[:, per + 1].reshape(groups * hn, *rest))
     hn = t.shape[0] // (3 * heads)
     if version == 0.0:
         x = t.view(3, heads, hn, *rest).transpose(0, 1)
@@ -183,10 +196,11 @@ def _merge_layer_param(name: str, shards: list, m: dict, version: float, where: 
                          "mlp.dense_4h_to_h.weight": "mlp.down_proj.weight",
                          "mlp.dense_4h_to_h.bias": "mlp.down_proj.bias"}.get(kind, "")
     if kind.startswith("attn.query_key_value."):
-        if m["num_query_groups"] not in (None, m["num_attention_heads"]):
-            raise ConversionError(f"{where}: grouped-query attention in the legacy layout is not supported")
+        groups = m["num_query_groups"] or m["num_attention_heads"]
+        if groups % tp:
+            raise ConversionError(f"{where}: {groups} query groups do not split over TP {tp}")
         s = kind.rsplit(".", 1)[1]
-        parts = [_split_qkv(t, version, m["num_attention_heads"] // tp, where) for t in shards]
+        parts = [_split_qkv(t, version, m["num_attention_heads"] // tp, where, groups // tp) for t in shards]
         return {f"layers.{{}}.attn.{p}_proj.{s}": torch.cat([x[j] for x in parts]) for j, p in enumerate("qkv")}
     if kind in _COLUMN:
         s = kind.rsplit(".", 1)[1]
@@ -229,6 +243,9 @@ def model_config(args, sd: dict, where: str) -> dict:
     if norm not in ("LayerNorm", "RMSNorm"):
         raise ConversionError(f"{where}: normalization '{norm}' is not supported (LayerNorm, RMSNorm)")
     groups = _arg(args, "num_query_groups") if _arg(args, "group_query_attention", False) else None
+    if bool(_arg(args, "add_qkv_bias", False)) and not _arg(args, "add_bias_linear", True):
+        raise ConversionError(f"{where}: add_qkv_bias without add_bias_linear (biases on QKV only) has no mwb "
+                              f"equivalent (one model.bias switch)")
     kv = _arg(args, "kv_channels")
     m = {"arch": "bert" if bert else "gpt", "num_layers": need("num_layers"), "hidden_size": h,
          "num_attention_heads": heads, "num_query_groups": groups,
@@ -241,7 +258,8 @@ def model_config(args, sd: dict, where: str) -> dict:
          "dropout": float(_arg(args, "hidden_dropout", 0.1)),
          "attention_dropout": float(_arg(args, "attention_dropout", 0.1)),
          "bias": bool(_arg(args, "add_bias_linear", True)),
-         "tie_embeddings": "output_layer.weight" not in sd,
+         # megatron-core's last stage holds output_layer.weight even when tied (a copy): args decide first
+         "tie_embeddings": not _arg(args, "untie_embeddings_and_output_weights", "output_layer.weight" in sd),
          "init_std": float(_arg(args, "init_method_std", 0.02)),
          "make_vocab_size_divisible_by": int(_arg(args, "make_vocab_size_divisible_by", 128))}
     if bert:
