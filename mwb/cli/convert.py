@@ -20,6 +20,9 @@ SRC a LoRA run (--lora): with --merge, DST is a Hugging Face model with the adap
     with --peft, DST is a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) for
     PeftModel.from_pretrained on the base's own export (`mwb convert BASE OUT`).
 
+--to megatron: SRC an mwb GPT checkpoint; DST becomes a megatron-core torch_dist save directory (release/,
+    args in common.pt) that Megatron-LM loads with --load DST --use-checkpoint-args.
+
 Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertModel, BertForMaskedLM,
 BertForPreTraining; mwb's post-norm BERT), T5 (T5ForConditionalGeneration; mwb's T5 with relative
 positions). Tokenizer files are copied when present.
@@ -32,20 +35,28 @@ positions). Tokenizer files are copied when present.
 @click.option("--force", is_flag=True, default=False, help="Replace DST if it exists and is not empty.")
 @click.option("--merge", is_flag=True, default=False, help="A LoRA run as a full Hugging Face model.")
 @click.option("--peft", is_flag=True, default=False, help="A LoRA run as a PEFT adapter directory.")
-def convert(src, dst, force, merge, peft):
+@click.option("--to", "to", type=click.Choice(["megatron"]), default=None,
+              help="megatron: write an mwb GPT as a megatron-core torch_dist checkpoint (Megatron-LM: --load DST "
+                   "--use-checkpoint-args).")
+def convert(src, dst, force, merge, peft, to):
     from mwb.core.compose import export_lora
     from mwb.core.convert import convert as run
-    from mwb.core.convert import is_megatron_legacy
+    from mwb.core.convert import is_megatron
     from mwb.core.named_models import local_checkpoint
 
     if merge and peft:
         raise click.UsageError("--merge and --peft exclude each other")
+    if to == "megatron":
+        from mwb.core.convert import mwb_to_megatron
+        out, family = mwb_to_megatron(local_checkpoint(src), dst, overwrite=force)
+        click.echo(f"mwb: converted {src} → {family} torch_dist checkpoint {out}")
+        return
     if merge or peft:
         out, family = export_lora(src, dst, peft=peft, overwrite=force)
         what = "PEFT adapter directory" if peft else "Hugging Face model (adapters merged)"
         click.echo(f"mwb: converted {family} LoRA run {src} → {what} {out}")
         return
-    source = src if is_megatron_legacy(src) else local_checkpoint(src)  # a Megatron SRC converts to mwb here
+    source = src if is_megatron(src) else local_checkpoint(src)  # a Megatron SRC converts to mwb here
     direction, out, family = run(source, dst, overwrite=force)
     what = "Hugging Face model" if direction == "mwb-to-hf" else "mwb checkpoint"
     click.echo(f"mwb: converted {family} {src} → {what} {out}")

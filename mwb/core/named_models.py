@@ -19,7 +19,7 @@ import json
 import os
 from typing import Callable, Optional
 
-from .convert import gguf_to_mwb, hf_to_mwb, is_megatron_legacy, megatron_to_mwb
+from .convert import gguf_to_mwb, hf_to_mwb, is_megatron, megatron_to_mwb
 from .data.cache import cache_root, cached_dir, digest
 from .errors import CheckpointError
 
@@ -149,7 +149,7 @@ def local_checkpoint(path) -> str:
     Megatron-LM checkpoint's cached conversion, or ``path`` itself (every other path form is left to the
     resolver)."""
     if not is_model_name(path):
-        if isinstance(path, (str, os.PathLike)) and is_megatron_legacy(os.path.expanduser(str(path))):
+        if isinstance(path, (str, os.PathLike)) and is_megatron(os.path.expanduser(str(path))):
             return megatron_checkpoint(path)
         return path
     s = str(path)

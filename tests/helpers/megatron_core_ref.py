@@ -4,9 +4,13 @@ Runs in its own process (megatron-core wants a process group and its parallel st
 config in SPEC.json, megatron-core's ``GPTModel`` with ``get_gpt_layer_local_spec()`` and
 ``TransformerConfig(use_cpu_initialization=True)`` at TP 1 under a one-rank gloo group, and saves its
 ``state_dict()`` (what Megatron-LM writes with ``--ckpt-format torch``) and its logits for fixed tokens.
+A spec with ``save_dist`` also saves the model with megatron-core's ``dist_checkpointing.save`` in Megatron-LM's
+trainer layout (``release/`` with ``args``, ``checkpoint_version`` and the model's sharded state dict: the
+``torch_dist`` format); one with ``load_dist`` instead loads a fresh model from that ``torch_dist`` directory
+with ``dist_checkpointing.load`` (a checkpoint mwb wrote) and reports its logits.
 
 Three CUDA assumptions are patched: ``torch.cuda.current_device`` returns ``"cpu"`` (its global memory
-buffer), the attention mask is an explicit boolean causal mask (True = hidden), and
+buffer; ``torch.cuda.synchronize`` a no-op for the checkpoint writer), the attention mask is an explicit boolean causal mask (True = hidden), and
 ``CudaRNGStatesTracker.fork`` is a null context.
 """
 from __future__ import annotations
@@ -46,22 +50,27 @@ def main(spec_file: str, out_file: str) -> None:
     from megatron.core import parallel_state, tensor_parallel
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *a, **k: None
     tensor_parallel.random.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.nullcontext()
     parallel_state.initialize_model_parallel(1, 1)
     with open(spec_file) as f:
         specs = json.load(f)
     out = {}
     for name, spec in specs.items():
-        torch.manual_seed(spec.get("seed", 0))
+        torch.manual_seed(spec.get("seed", 0) + (1000 if spec.get("load_dist") else 0))  # loading: other init
         try:
             model_parallel_cuda_manual_seed(spec.get("seed", 0))
         except Exception:
             pass
         model = build(spec)
+        if spec.get("load_dist"):
+            from megatron.core import dist_checkpointing
+            loaded = dist_checkpointing.load(model.sharded_state_dict(), spec["load_dist"])
+            model.load_state_dict(loaded, strict=False)  # _extra_state: None either way
         with torch.no_grad():
             # random norm weights too, so a norm mapped to the wrong place cannot go unseen
             for k, p in model.named_parameters():
-                if "layernorm" in k:
+                if "layernorm" in k and not spec.get("load_dist"):
                     p.add_(torch.randn_like(p) * 0.1)
         g = torch.Generator().manual_seed(7)
         tokens = torch.randint(0, spec["vocab"], (2, 9), generator=g)
@@ -71,6 +80,15 @@ def main(spec_file: str, out_file: str) -> None:
             logits = model(tokens, torch.arange(s)[None].expand(2, s), mask)
         state = {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
         extra = [k for k, v in model.state_dict().items() if not isinstance(v, torch.Tensor)]
+        if spec.get("save_dist"):
+            from megatron.core import dist_checkpointing
+            from tests.helpers.megatron_core_ckpt import core_args
+            d = os.path.join(spec["save_dist"], "release")
+            os.makedirs(d, exist_ok=True)
+            dist_checkpointing.save({"args": core_args(spec, 1, 1), "checkpoint_version": 3.0, "iteration": 0,
+                                     "model": model.sharded_state_dict()}, d)
+            with open(os.path.join(spec["save_dist"], "latest_checkpointed_iteration.txt"), "w") as f:
+                f.write("release")
         out[name] = {"state": state, "extra_state_keys": extra, "tokens": tokens, "logits": logits}
     torch.save(out, out_file)
     dist.destroy_process_group()

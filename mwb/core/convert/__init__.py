@@ -22,8 +22,8 @@ from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
 from . import bert, gpt2, llama, t5
 from .gguf_llama import gguf_to_mwb, is_gguf
-from .megatron_io import megatron_to_mwb
-from .megatron_legacy import is_legacy as is_megatron_legacy
+from .megatron_io import is_megatron, megatron_to_mwb
+from .megatron_write import mwb_to_megatron
 from .hf_io import ConversionError, is_hf_dir, read_config, read_weights, tokenizer_files, write_hf_dir
 
 FAMILIES = (gpt2, llama, bert, t5)
@@ -140,7 +140,7 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     if is_gguf(src):
         out, fam = gguf_to_mwb(src, dst, overwrite)
         return "gguf-to-mwb", out, fam
-    if is_megatron_legacy(src):
+    if is_megatron(src):
         out, fam = megatron_to_mwb(src, dst, overwrite)
         return "megatron-to-mwb", out, fam
     out, fam = mwb_to_hf(src, dst, overwrite)
@@ -148,4 +148,4 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
 
 
 __all__ = ["ConversionError", "FAMILIES", "convert", "family_for_mwb", "gguf_to_mwb", "hf_to_mwb", "is_hf_dir",
-           "is_megatron_legacy", "load_hf", "megatron_to_mwb", "model_dict", "mwb_to_hf", "state_to_hf"]
+           "is_megatron", "load_hf", "megatron_to_mwb", "model_dict", "mwb_to_megatron", "mwb_to_hf", "state_to_hf"]

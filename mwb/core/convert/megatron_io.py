@@ -4,7 +4,8 @@ The reader (:mod:`.megatron_legacy`) gives full tensors and the mwb model config
 tokenizer the checkpoint was trained with, takes the true vocabulary size from it and writes the mwb
 checkpoint. Megatron records its vocabulary as paths of the training machine (``args.vocab_file``,
 ``args.merge_file``), so the files are looked for under those names in the checkpoint's own directories (the
-save directory, the ``iter_*``/``release`` directory and their parent), then at the recorded path itself. A
+save directory, the ``iter_*``/``release`` directory, the save directory's ``tokenizer/`` that
+``mwb convert --to megatron`` writes, and the save directory's parent), then at the recorded path itself. A
 BERT ``vocab.txt`` gets a ``tokenizer_config.json`` saying ``do_lower_case`` as the checkpoint's
 ``tokenizer_type`` says (``BertWordPieceLowerCase`` / ``BertWordPieceCase``), so the mwb tokenizer lower-cases
 exactly when Megatron did, whatever the vocabulary looks like.
@@ -26,14 +27,14 @@ from typing import Optional
 from ..atomic import atomic_write_json
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
-from . import megatron_legacy
+from . import megatron_dist, megatron_legacy
 
 
 def _candidates(src: str, d: str, name: Optional[str]) -> list[str]:
     if not name:
         return []
     base = os.path.basename(str(name))
-    dirs = [src, d, os.path.dirname(os.path.abspath(src))]
+    dirs = [src, d, os.path.join(src, "tokenizer"), os.path.dirname(os.path.abspath(src))]
     return [os.path.join(x, base) for x in dirs] + [str(name)]
 
 
@@ -47,7 +48,7 @@ def find_tokenizer(src: str, args) -> tuple[Optional[list[str]], Optional[int], 
     kind = str(getattr(args, "tokenizer_type", "") or "")
     vocab = _first(_candidates(src, d, getattr(args, "vocab_file", None)))
     if kind.startswith("BertWordPiece") or (vocab and vocab.endswith(".txt")):
-        vocab = vocab or _first([os.path.join(x, "vocab.txt") for x in (src, d)])
+        vocab = vocab or _first([os.path.join(x, "vocab.txt") for x in (src, d, os.path.join(src, "tokenizer"))])
         if vocab is None:
             return None, None, None
         with open(vocab, encoding="utf-8") as f:
@@ -56,8 +57,9 @@ def find_tokenizer(src: str, args) -> tuple[Optional[list[str]], Optional[int], 
         return [vocab], size, lower
     merges = _first(_candidates(src, d, getattr(args, "merge_file", None)))
     if vocab is None:
-        vocab = _first([os.path.join(x, "vocab.json") for x in (src, d)])
-        merges = merges or _first([os.path.join(x, "merges.txt") for x in (src, d)])
+        where = (src, d, os.path.join(src, "tokenizer"))
+        vocab = _first([os.path.join(x, "vocab.json") for x in where])
+        merges = merges or _first([os.path.join(x, "merges.txt") for x in where])
     if vocab is None or merges is None:
         return None, None, None
     with open(vocab, encoding="utf-8") as f:
@@ -80,16 +82,26 @@ def _stage_tokenizer(files: list[str], lower: Optional[bool], tmp: str) -> list[
 
 
 def megatron_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
-    """Megatron-LM legacy checkpoint → mwb checkpoint directory; returns (dst, family name)."""
+    """Megatron-LM legacy, megatron-core ``torch`` or ``torch_dist`` checkpoint → mwb checkpoint directory;
+    returns (dst, family name)."""
     src = os.path.abspath(src)
     d = megatron_legacy.checkpoint_dir(src)
-    args = megatron_legacy._load(megatron_legacy._shard_file(d, 0, 0, megatron_legacy.pp_of_names(d))).get("args")
+    dist = megatron_dist.is_dist(src)
+    if dist:
+        args = megatron_dist.common_args(src)
+    else:
+        args = megatron_legacy._load(megatron_legacy._shard_file(d, 0, 0, megatron_legacy.pp_of_names(d))).get("args")
     files, size, lower = find_tokenizer(src, args) if args is not None else (None, None, None)
-    m, vocab, tensors, _ = megatron_legacy.read(src, vocab_size=size)
+    m, vocab, tensors, _ = (megatron_dist if dist else megatron_legacy).read(src, vocab_size=size)
     cfg = update(RunConfig(), {"model": m})
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=None))
     with tempfile.TemporaryDirectory(prefix="mwb-megatron-tok-") as tmp:
         extra = {"tokenizer": _stage_tokenizer(files, lower, tmp)} if files else {}
         write_model_checkpoint(dst, cfg, vocab, tensors, extra_files=extra, overwrite=overwrite)
     return os.path.abspath(dst), f"megatron-{m['arch']}"
+
+
+def is_megatron(path: str) -> bool:
+    """Any checkpoint :func:`megatron_to_mwb` reads."""
+    return megatron_dist.is_dist(path) or megatron_legacy.is_legacy(path)
 

@@ -304,6 +304,12 @@ def read(path: str, vocab_size: Optional[int] = None) -> tuple[dict, int, dict, 
     if not _has_shards(d):
         raise ConversionError(f"{d} has no mp_rank_* shard directories")
     args, version, tp, pp, stages = _gather(d)
+    return assemble(args, version, stages, d, vocab_size)
+
+
+def assemble(args, version: float, stages: list, d: str, vocab_size: Optional[int] = None) -> tuple:
+    """:func:`read`'s result from ``stages[p][t]`` (the uniform-named tensors of stage p, TP rank t)."""
+    tp, pp = len(stages[0]), len(stages)
     flat = {k: v for row in stages for k, v in row[0].items() if not k.startswith("layers.")}
     m = model_config(args, flat, d)
     layers = m["num_layers"]
