@@ -64,10 +64,15 @@ def load_tensors(d: str) -> dict:
             if isinstance(v, TensorStorageMetadata) and k.startswith(MODEL_PREFIXES)}
     if not want:
         raise ConversionError(f"{d}: the distributed checkpoint holds no model tensors")
+    missing = sorted({i.relative_path for i in md.storage_data.values()
+                      if not os.path.isfile(os.path.join(d, i.relative_path))})
+    if missing:
+        raise ConversionError(f"{d}: shard {', '.join(missing)} of the distributed checkpoint is missing")
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
     try:
         dcp.load(want, storage_reader=reader, planner=dcp.DefaultLoadPlanner(allow_partial_load=True),
                  no_dist=True)
-    except Exception as e:
+    except (Exception, CheckpointException) as e:
         raise ConversionError(f"{d}: the distributed checkpoint's shards cannot be read "
                               f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
     return want

@@ -92,3 +92,14 @@ def test_writes_torch_dist_megatron_core_loads_and_round_trip_is_exact(saved, tm
     got = _run_ref(loads, tmp_path)
     for name in SPECS:  # megatron-core's own loader into its own GPTModel gives the original logits
         assert (got[name]["logits"][..., :V] - refs[name]["logits"][..., :V]).abs().max().item() < 1e-5, name
+
+
+def test_missing_distcp_shard_fails_in_one_line(saved, tmp_path, capsys):
+    import shutil
+    d, _ = saved
+    broken = tmp_path / "broken"
+    shutil.copytree(d / "gpt2like", broken)
+    os.remove(broken / "release" / "__0_0.distcp")
+    code, out, err = run_cli(["convert", str(broken), str(tmp_path / "out")], capsys)
+    assert code == 1 and "shard __0_0.distcp" in err and "missing" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
