@@ -19,7 +19,7 @@ import json
 import os
 from typing import Callable, Optional
 
-from .convert import gguf_to_mwb, hf_to_mwb
+from .convert import gguf_to_mwb, hf_to_mwb, is_megatron, megatron_to_mwb
 from .data.cache import cache_root, cached_dir, digest
 from .errors import CheckpointError
 
@@ -79,7 +79,7 @@ def installed_version(model: NamedModel) -> Optional[str]:
 
 
 def _converter(source_format: str) -> Callable[[str, str], object]:
-    return gguf_to_mwb if source_format == "gguf" else hf_to_mwb
+    return {"gguf": gguf_to_mwb, "megatron": megatron_to_mwb}.get(source_format, hf_to_mwb)
 
 
 def _convert_cached(label: str, key: dict, src: str, source_format: str) -> str:
@@ -132,10 +132,25 @@ def hub_checkpoint(ref: str) -> str:
     return _convert_cached(ref, {"repo": repo, "snapshot": os.path.basename(local)}, local, "hf")
 
 
+def megatron_checkpoint(path: str) -> str:
+    """The cached mwb checkpoint of a Megatron-LM checkpoint directory (converted on first use; the key is
+    the path and the size and time of every shard file, so a re-saved checkpoint converts again)."""
+    src = os.path.abspath(os.path.expanduser(str(path)))
+    files = []
+    for root, _, names in sorted(os.walk(src)):
+        for n in sorted(names):
+            f = os.path.join(root, n)
+            files.append([os.path.relpath(f, src), os.path.getsize(f), int(os.path.getmtime(f))])
+    return _convert_cached(f"megatron-{os.path.basename(src)}", {"path": src, "files": files}, src, "megatron")
+
+
 def local_checkpoint(path) -> str:
-    """What the checkpoint resolver should open for ``path``: a named model's cached mwb checkpoint, or
-    ``path`` itself when it is not a name (every path form is left to the resolver)."""
+    """What the checkpoint resolver should open for ``path``: a named model's cached mwb checkpoint, a
+    Megatron-LM checkpoint's cached conversion, or ``path`` itself (every other path form is left to the
+    resolver)."""
     if not is_model_name(path):
+        if isinstance(path, (str, os.PathLike)) and is_megatron(os.path.expanduser(str(path))):
+            return megatron_checkpoint(path)
         return path
     s = str(path)
     return hub_checkpoint(s) if s.startswith(HF_PREFIX) else named_checkpoint(s)

@@ -5,7 +5,9 @@ checkpoint directory (one shard, layout 1, no optimizer state) that :func:`mwb.c
 reads and ``checkpoint.load`` puts into any parallel layout for fine-tuning. Anything else is read as an mwb
 checkpoint (run directory, ``checkpoints`` directory, ``step_N`` or consolidated file) and becomes a
 Hugging Face directory that ``transformers`` loads with ``from_pretrained``. A ``.gguf`` file (llama.cpp,
-Llama family) becomes an mwb checkpoint, dequantised (:mod:`.gguf_llama`). One small module per family
+Llama family) becomes an mwb checkpoint, dequantised (:mod:`.gguf_llama`). A Megatron-LM legacy checkpoint
+(``latest_checkpointed_iteration.txt`` or ``mp_rank_*`` shards; GPT and BERT, any TP/PP) becomes an mwb
+checkpoint with its released vocabulary (:mod:`.megatron_legacy`, :mod:`.megatron_io`). One small module per family
 holds the name and config mapping (:mod:`.gpt2`, :mod:`.llama`, :mod:`.bert`, :mod:`.t5`); tokenizer files travel with
 the weights, and the original ``config.json`` of an imported model is kept so exporting it again
 preserves the fields mwb does not model (special token ids and the like).
@@ -20,6 +22,8 @@ from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
 from . import bert, gpt2, llama, t5
 from .gguf_llama import gguf_to_mwb, is_gguf
+from .megatron_io import is_megatron, megatron_to_mwb
+from .megatron_write import mwb_to_megatron
 from .hf_io import ConversionError, is_hf_dir, read_config, read_weights, tokenizer_files, write_hf_dir
 
 FAMILIES = (gpt2, llama, bert, t5)
@@ -136,9 +140,12 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     if is_gguf(src):
         out, fam = gguf_to_mwb(src, dst, overwrite)
         return "gguf-to-mwb", out, fam
+    if is_megatron(src):
+        out, fam = megatron_to_mwb(src, dst, overwrite)
+        return "megatron-to-mwb", out, fam
     out, fam = mwb_to_hf(src, dst, overwrite)
     return "mwb-to-hf", out, fam
 
 
 __all__ = ["ConversionError", "FAMILIES", "convert", "family_for_mwb", "gguf_to_mwb", "hf_to_mwb", "is_hf_dir",
-           "load_hf", "model_dict", "mwb_to_hf", "state_to_hf"]
+           "is_megatron", "load_hf", "megatron_to_mwb", "model_dict", "mwb_to_megatron", "mwb_to_hf", "state_to_hf"]

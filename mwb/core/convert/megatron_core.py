@@ -1,0 +1,70 @@
+"""megatron-core model state dicts (``--ckpt-format torch``) under the legacy reader's uniform names.
+
+A megatron-core run saved with ``--ckpt-format torch`` writes the same ``mp_rank_TT[_PPP]/model_optim_rng.pt``
+files as the legacy trainer (``args``, ``checkpoint_version`` 3.0), but ``model`` is the flat
+``state_dict()`` of megatron-core's ``GPTModel``: ``embedding.word_embeddings``, ``decoder.layers.N.…``
+(N local to the pipeline stage), ``decoder.final_layernorm``, ``output_layer`` when the head is untied. This
+module renames those keys to the names :mod:`.megatron_legacy` merges, so both layouts share one merge:
+
+  * ``self_attention.linear_qkv`` → ``attn.query_key_value``; its rows are ``[ng, np/ng + 2, hn]`` per TP
+    shard (each query group's heads, then its key, then its value), the legacy ``[np, 3, hn]`` when ng = np;
+  * ``self_attention.linear_qkv.layer_norm_weight`` (Transformer Engine's fused norm) or
+    ``input_layernorm`` → ``input_layernorm``; ``mlp.linear_fc1.layer_norm_weight`` or ``pre_mlp_layernorm``
+    → ``post_attention_layernorm``;
+  * ``linear_proj`` → ``attn.dense``, ``linear_fc1`` → ``mlp.dense_h_to_4h`` (SwiGLU: ``[gate; up]`` per
+    shard, as in the legacy layout), ``linear_fc2`` → ``mlp.dense_4h_to_h``;
+  * ``*._extra_state`` (Transformer Engine / FP8 metadata) is ignored.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from .hf_io import ConversionError
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_NAMES = {"self_attention.linear_qkv.weight": "attn.query_key_value.weight",
+          "self_attention.linear_qkv.bias": "attn.query_key_value.bias",
+          "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+          "self_attention.linear_qkv.layer_norm_bias": "input_layernorm.bias",
+          "input_layernorm.weight": "input_layernorm.weight", "input_layernorm.bias": "input_layernorm.bias",
+          "self_attention.linear_proj.weight": "attn.dense.weight",
+          "self_attention.linear_proj.bias": "attn.dense.bias",
+          "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
+          "pre_mlp_layernorm.bias": "post_attention_layernorm.bias",
+          "mlp.linear_fc1.layer_norm_weight": "post_attention_layernorm.weight",
+          "mlp.linear_fc1.layer_norm_bias": "post_attention_layernorm.bias",
+          "mlp.linear_fc1.weight": "mlp.dense_h_to_4h.weight", "mlp.linear_fc1.bias": "mlp.dense_h_to_4h.bias",
+          "mlp.linear_fc2.weight": "mlp.dense_4h_to_h.weight", "mlp.linear_fc2.bias": "mlp.dense_4h_to_h.bias"}
+_TOP = {"embedding.word_embeddings.weight": "embedding.word_embeddings.weight",
+        "embedding.position_embeddings.weight": "embedding.position_embeddings.weight",
+        "decoder.final_layernorm.weight": "final_norm.weight", "decoder.final_layernorm.bias": "final_norm.bias",
+        "output_layer.weight": "output_layer.weight"}
+
+
+def is_core_state(model: dict) -> bool:
+    """Whether a shard's ``model`` is a flat megatron-core state dict (not the legacy nested one)."""
+    return isinstance(model, dict) and any(isinstance(k, str) and k.startswith("decoder.") for k in model)
+
+
+def uniform(model: dict, where: str) -> dict:
+    """The megatron-core GPT state dict ``model`` under the legacy reader's names."""
+    out = {}
+    for k, v in model.items():
+        if k.endswith("_extra_state") or not isinstance(v, torch.Tensor):
+            continue
+        m = _LAYER.match(k)
+        if m:
+            if m.group(2).startswith("mlp.experts") or m.group(2).startswith("mlp.router"):
+                raise ConversionError(f"{where}: mixture-of-experts megatron-core checkpoints are not supported")
+            name = _NAMES.get(m.group(2))
+            if name is None:
+                raise ConversionError(f"{where}: unexpected megatron-core tensor '{k}' (not a GPT layer parameter)")
+            out[f"layers.{m.group(1)}.{name}"] = v
+        elif k in _TOP:
+            out[_TOP[k]] = v
+        else:
+            raise ConversionError(f"{where}: unexpected megatron-core tensor '{k}' (GPT models only: embedding, "
+                                  f"decoder, output_layer)")
+    return out

@@ -1,0 +1,112 @@
+"""megatron-core ``--ckpt-format torch_dist`` checkpoints → mwb, on CPU without a process group.
+
+A ``torch_dist`` checkpoint directory (``iter_NNNNNNN/`` or ``release/``, named by the save directory's
+``latest_checkpointed_iteration.txt``) holds ``metadata.json`` (``{"sharded_backend": "torch_dist", …}``),
+``common.pt`` (what is not sharded: ``args``, ``checkpoint_version``, ``iteration``) and a PyTorch
+Distributed Checkpoint (``.metadata`` + ``__R_F.distcp`` files). Every model tensor is stored whole, in its
+global TP-1 shape, under megatron-core's sharded key; decoder layers are stacked on a leading layer axis
+(``decoder.layers.self_attention.linear_qkv.weight`` is ``[L, (np + 2·ng)·hn, h]``), whatever TP/PP/EP wrote
+it. So reading is: load the model's tensors with ``torch.distributed.checkpoint`` (``no_dist=True``: no process
+group), unstack the layer axis, and hand the result to the same merge as the ``torch`` format, as one shard.
+
+``common.pt`` holds the pickled ``args``: like the legacy reader it is read with ``weights_only=False``, for
+trusted checkpoints only. ``_extra_state`` byte objects and optimizer state are not read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Optional
+
+import torch
+
+from . import megatron_core, megatron_legacy
+from .hf_io import ConversionError
+
+MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")
+
+
+def _dir(path: str) -> str:
+    return megatron_legacy.checkpoint_dir(path) if os.path.isfile(os.path.join(path, megatron_legacy.TRACKER)) \
+        else path
+
+
+def is_dist(path: str) -> bool:
+    """A ``torch_dist`` checkpoint directory, or a save directory whose tracker names one."""
+    if not os.path.isdir(path):
+        return False
+    try:
+        d = _dir(path)
+    except ConversionError:
+        return False
+    meta = os.path.join(d, "metadata.json")
+    if not os.path.isfile(meta):
+        return False
+    try:
+        with open(meta, encoding="utf-8") as f:
+            return json.load(f).get("sharded_backend") == "torch_dist"
+    except (OSError, ValueError):
+        return False
+
+
+def load_tensors(d: str) -> dict:
+    """{sharded key: full tensor} of the model tensors in the DCP checkpoint ``d``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    try:
+        reader = dcp.FileSystemReader(d)
+        md = reader.read_metadata()
+    except Exception as e:
+        raise ConversionError(f"{d}: the distributed checkpoint's .metadata cannot be read ({type(e).__name__})") \
+            from None
+    want = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in md.state_dict_metadata.items()
+            if isinstance(v, TensorStorageMetadata) and k.startswith(MODEL_PREFIXES)}
+    if not want:
+        raise ConversionError(f"{d}: the distributed checkpoint holds no model tensors")
+    missing = sorted({i.relative_path for i in md.storage_data.values()
+                      if not os.path.isfile(os.path.join(d, i.relative_path))})
+    if missing:
+        raise ConversionError(f"{d}: shard {', '.join(missing)} of the distributed checkpoint is missing")
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
+    try:
+        dcp.load(want, storage_reader=reader, planner=dcp.DefaultLoadPlanner(allow_partial_load=True),
+                 no_dist=True)
+    except (Exception, CheckpointException) as e:
+        raise ConversionError(f"{d}: the distributed checkpoint's shards cannot be read "
+                              f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+    return want
+
+
+def unstack(tensors: dict, layers: int, where: str) -> dict:
+    """Stacked ``decoder.layers.X`` ``[L, …]`` → ``decoder.layers.N.X``; per-layer keys pass through."""
+    out = {}
+    for k, v in tensors.items():
+        if k.startswith("decoder.layers.") and not re.match(r"^decoder\.layers\.\d+\.", k):
+            if v.shape[0] != layers:
+                raise ConversionError(f"{where}: {k} stacks {v.shape[0]} layers, args say {layers}")
+            for i in range(layers):
+                out[f"decoder.layers.{i}.{k[len('decoder.layers.'):]}"] = v[i].clone()
+        else:
+            out[k] = v
+    return out
+
+
+def read(path: str, vocab_size: Optional[int] = None) -> tuple:
+    """(mwb model config, vocabulary size, {mwb name: full tensor}, args) of a ``torch_dist`` checkpoint."""
+    d = _dir(os.path.abspath(path))
+    common_file = os.path.join(d, "common.pt")
+    if not os.path.isfile(common_file):
+        raise ConversionError(f"{d}: common.pt is missing (it holds the run's args)")
+    common = megatron_legacy._load(common_file)
+    args = common.get("args")
+    layers = megatron_legacy._arg(args, "num_layers", need=True, where=d) if args is not None else None
+    if layers is None:
+        raise ConversionError(f"{d}: common.pt has no 'args' (the architecture cannot be known)")
+    version = float(common.get("checkpoint_version", 3.0))
+    flat = megatron_core.uniform(unstack(load_tensors(d), int(layers), d), d)
+    return megatron_legacy.assemble(args, version, [[flat]], d, vocab_size)
+
+
+def common_args(path: str):
+    return megatron_legacy._load(os.path.join(_dir(os.path.abspath(path)), "common.pt")).get("args")

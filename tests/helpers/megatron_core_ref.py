@@ -1,0 +1,98 @@
+"""Reference megatron-core GPTModels on CPU: ``python -m tests.helpers.megatron_core_ref SPEC.json OUT.pt``.
+
+Runs in its own process (megatron-core wants a process group and its parallel state): builds, for every
+config in SPEC.json, megatron-core's ``GPTModel`` with ``get_gpt_layer_local_spec()`` and
+``TransformerConfig(use_cpu_initialization=True)`` at TP 1 under a one-rank gloo group, and saves its
+``state_dict()`` (what Megatron-LM writes with ``--ckpt-format torch``) and its logits for fixed tokens.
+A spec with ``save_dist`` also saves the model with megatron-core's ``dist_checkpointing.save`` in Megatron-LM's
+trainer layout (``release/`` with ``args``, ``checkpoint_version`` and the model's sharded state dict: the
+``torch_dist`` format); one with ``load_dist`` instead loads a fresh model from that ``torch_dist`` directory
+with ``dist_checkpointing.load`` (a checkpoint mwb wrote) and reports its logits.
+
+Three CUDA assumptions are patched: ``torch.cuda.current_device`` returns ``"cpu"`` (its global memory
+buffer; ``torch.cuda.synchronize`` a no-op for the checkpoint writer), the attention mask is an explicit boolean causal mask (True = hidden), and
+``CudaRNGStatesTracker.fork`` is a null context.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def build(spec: dict):
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    swiglu = spec["swiglu"]
+    cfg = TransformerConfig(num_layers=spec["num_layers"], hidden_size=spec["hidden_size"],
+                            num_attention_heads=spec["heads"], num_query_groups=spec["groups"],
+                            ffn_hidden_size=spec["ffn"], use_cpu_initialization=True, gated_linear_unit=swiglu,
+                            activation_func=F.silu if swiglu else F.gelu, normalization=spec["norm"],
+                            add_bias_linear=spec["bias"], hidden_dropout=0.0, attention_dropout=0.0,
+                            bias_activation_fusion=False, masked_softmax_fusion=False,
+                            gradient_accumulation_fusion=False, persist_layer_norm=False, apply_rope_fusion=False,
+                            init_method_std=0.2)
+    return GPTModel(cfg, get_gpt_layer_local_spec(normalization=spec["norm"]), vocab_size=spec["padded_vocab"],
+                    max_sequence_length=spec["max_pos"], position_embedding_type=spec["pos"],
+                    share_embeddings_and_output_weights=spec["tied"]).eval()
+
+
+def main(spec_file: str, out_file: str) -> None:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    import torch.distributed as dist
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.synchronize = lambda *a, **k: None
+    tensor_parallel.random.CudaRNGStatesTracker.fork = lambda self, name=None: contextlib.nullcontext()
+    parallel_state.initialize_model_parallel(1, 1)
+    with open(spec_file) as f:
+        specs = json.load(f)
+    out = {}
+    for name, spec in specs.items():
+        torch.manual_seed(spec.get("seed", 0) + (1000 if spec.get("load_dist") else 0))  # loading: other init
+        try:
+            model_parallel_cuda_manual_seed(spec.get("seed", 0))
+        except Exception:
+            pass
+        model = build(spec)
+        if spec.get("load_dist"):
+            from megatron.core import dist_checkpointing
+            loaded = dist_checkpointing.load(model.sharded_state_dict(), spec["load_dist"])
+            model.load_state_dict(loaded, strict=False)  # _extra_state: None either way
+        with torch.no_grad():
+            # random norm weights too, so a norm mapped to the wrong place cannot go unseen
+            for k, p in model.named_parameters():
+                if "layernorm" in k and not spec.get("load_dist"):
+                    p.add_(torch.randn_like(p) * 0.1)
+        g = torch.Generator().manual_seed(7)
+        tokens = torch.randint(0, spec["vocab"], (2, 9), generator=g)
+        s = tokens.size(1)
+        mask = torch.ones(1, 1, s, s, dtype=torch.bool).triu(1)
+        with torch.no_grad():
+            logits = model(tokens, torch.arange(s)[None].expand(2, s), mask)
+        state = {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+        extra = [k for k, v in model.state_dict().items() if not isinstance(v, torch.Tensor)]
+        if spec.get("save_dist"):
+            from megatron.core import dist_checkpointing
+            from tests.helpers.megatron_core_ckpt import core_args
+            d = os.path.join(spec["save_dist"], "release")
+            os.makedirs(d, exist_ok=True)
+            dist_checkpointing.save({"args": core_args(spec, 1, 1), "checkpoint_version": 3.0, "iteration": 0,
+                                     "model": model.sharded_state_dict()}, d)
+            with open(os.path.join(spec["save_dist"], "latest_checkpointed_iteration.txt"), "w") as f:
+                f.write("release")
+        out[name] = {"state": state, "extra_state_keys": extra, "tokens": tokens, "logits": logits}
+    torch.save(out, out_file)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
