@@ -26,7 +26,7 @@ from torch import nn
 from .checkpoint.consolidate import lora_metadata, mwb_state, write_consolidated
 from .checkpoint.reader import copy_full_tensors
 from .checkpoint.shards import canonical, unpadded_shape
-from .config import LoRAConfig, ModelConfig, RunConfig
+from .config import ConfigError, LoRAConfig, ModelConfig, RunConfig
 from .convert import ConversionError, family_for_mwb, is_hf_dir, load_hf, model_dict, state_to_hf
 from .convert.peft import write_peft_dir
 from .errors import CheckpointError, MwbError
@@ -102,6 +102,16 @@ def full_state(path: str) -> tuple[RunConfig, int, dict, Optional[str]]:
     except KeyError as e:
         raise CheckpointError(f"{path}: a LoRA adapter's base weight {e.args[0]} is not in its base model") from None
     return replace(cfg, lora=LoRAConfig()), vocab, merged, tok or base_tok
+
+
+def check_tokenizer_fits(vocab: int, tokenizer_vocab: int, checkpoint: str, tokenizer: str) -> None:
+    """Refuse a tokenizer with more ids than the model's true vocabulary, in one line. The ids past it have
+    no row of their own: one process fails with an ``IndexError`` in the embedding, while under TP they fall
+    silently into padded rows (a zero embedding, a loss that can never predict them) — so the loss of a
+    layout would depend on its padding."""
+    if tokenizer_vocab > vocab:
+        raise ConfigError(f"the tokenizer {tokenizer} has {tokenizer_vocab:,} ids but the model {checkpoint} has "
+                          f"a vocabulary of {vocab:,}: pass its own tokenizer (--tokenizer)")
 
 
 # the dtype a run builds its (frozen) base in, by train.precision

@@ -21,11 +21,13 @@ differs. The CUDA path has not been run on a GPU in this project yet.
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import ConfigError
 from .mlp import MLP
 from .transformer import Attention, TransformerBlock
 
@@ -136,7 +138,7 @@ def apply_fp8(model: nn.Module, num_layers: int) -> int:
     (same parameters); a tensor-parallel one gets :func:`fp8_linear` as its ``gemm``."""
     n = 0
     for block in model.modules():
-        if not isinstance(block, TransformerBlock) or block.layer_id in (0, num_layers - 1):
+        if not isinstance(block, TransformerBlock) or block.layer_id not in fp8_layers(num_layers):
             continue
         for module in block.modules():
             if not isinstance(module, (Attention, MLP)):
@@ -152,10 +154,28 @@ def apply_fp8(model: nn.Module, num_layers: int) -> int:
     return n
 
 
-def fp8_mode_line(device) -> str:
-    """The one line a run prints about how its fp8 GEMMs execute."""
+def fp8_layers(num_layers: int) -> list[int]:
+    """The layer ids :func:`apply_fp8` computes in fp8: every layer but the first and the last."""
+    return [i for i in range(num_layers) if i not in (0, num_layers - 1)]
+
+
+def check_fp8(num_layers: int) -> None:
+    """Refuse ``--precision fp8`` in one line where no layer would compute in fp8 (fewer than 3 layers: the
+    first and last stay bf16), instead of training in bf16 under an fp8 banner."""
+    if not fp8_layers(num_layers):
+        raise ConfigError(f"--precision fp8: a {num_layers}-layer model has no layer in fp8 (the first and the "
+                          f"last layers stay bf16); use 3 layers or more, or --precision bf16")
+
+
+def fp8_mode_line(device, num_layers: Optional[int] = None) -> str:
+    """The one line a run prints about what fp8 does: on how many of its layers, and how the GEMMs execute."""
+    where = ""
+    if num_layers is not None:
+        k = len(fp8_layers(num_layers))
+        where = f"fp8 on {k} of {num_layers} layers (the first and the last stay bf16); "
     if native(device):
-        return "mwb: fp8 GEMMs through torch._scaled_mm (e4m3 forward, e5m2 gradients, per-tensor current scaling)"
-    where = "CPU" if torch.device(device).type == "cpu" else "a GPU without fp8 tensor cores"
-    return (f"mwb: fp8 is emulated on {where}: e4m3/e5m2 casts and per-tensor scales as on an fp8 GPU, "
+        return (f"mwb: {where}fp8 GEMMs through torch._scaled_mm (e4m3 forward, e5m2 gradients, per-tensor "
+                f"current scaling)")
+    dev = "CPU" if torch.device(device).type == "cpu" else "a GPU without fp8 tensor cores"
+    return (f"mwb: {where}fp8 is emulated on {dev}: e4m3/e5m2 casts and per-tensor scales as on an fp8 GPU, "
             f"matmuls of the dequantised bf16 values with fp32 accumulation (same numerics, no speed-up)")

@@ -118,10 +118,11 @@ class Trainer:
         self.model = self.chunks[0] if len(self.chunks) == 1 else torch.nn.ModuleList(self.chunks)
         self.lora = self._apply_lora() if cfg.lora.rank else None
         if cfg.train.precision == "fp8":
-            from ..models.fp8 import apply_fp8, fp8_mode_line
+            from ..models.fp8 import apply_fp8, check_fp8, fp8_mode_line
+            check_fp8(cfg.model.stage_layers)
             for c in self.chunks:
                 apply_fp8(c, cfg.model.stage_layers)
-            self.say(fp8_mode_line(self.device))
+            self.say(fp8_mode_line(self.device, cfg.model.stage_layers))
         if cfg.parallel.recompute != "none":
             from ..parallel.recompute import apply_recompute
             for c in self.chunks:

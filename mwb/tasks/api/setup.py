@@ -20,9 +20,10 @@ import sys
 from typing import Callable, Optional, Union
 
 from mwb.core import named_models
-from mwb.core.compose import full_state
+from mwb.core.compose import check_tokenizer_fits, full_state
 from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.errors import MwbError
+from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.run_dir import default_out, latest_run
 from mwb.evaluation.loading import resolve_checkpoint
 
@@ -90,13 +91,14 @@ def finetune_setup(what: str, arches: tuple[str, ...], start: Start, checkpoint:
     :data:`FINETUNE_DEFAULTS`, the job's ``defaults`` (a tree, or a function of the pretrained config giving one),
     a fresh parallel layout, then ``configure`` (the user's preset/YAML/flags/``--set``)."""
     checkpoint = named_models.local_checkpoint(checkpoint) if checkpoint else starting_checkpoint(start, say)
-    pre_cfg, _, _, tok_path = full_state(checkpoint)
+    pre_cfg, vocab, _, tok_path = full_state(checkpoint)
     if pre_cfg.model.arch not in arches:
         raise ConfigError(f"{checkpoint} holds a '{pre_cfg.model.arch}' model; {what} fine-tunes "
                           f"{' or '.join(a.upper() for a in arches)}")
     tokenizer = tokenizer or tok_path
     if not tokenizer:
         raise ConfigError(f"{checkpoint} has no tokenizer: pass --tokenizer")
+    check_tokenizer_fits(vocab, load_tokenizer(tokenizer).vocab_size, checkpoint, tokenizer)
     own = defaults(pre_cfg) if callable(defaults) else (defaults or {})
     base = update(update(pre_cfg, FINETUNE_DEFAULTS), own)
     base = update(base, {"parallel": dataclasses.asdict(type(base.parallel)())})

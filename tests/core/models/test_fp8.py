@@ -6,8 +6,9 @@ import copy
 import pytest
 import torch
 
-from mwb.core.models.fp8 import (E4M3, E5M2, FP8_MAX, Fp8Linear, apply_fp8, dequantize, fp8_linear, quantize,
-                                 scaled_mm)
+from mwb.core.config import ConfigError
+from mwb.core.models.fp8 import (E4M3, E5M2, FP8_MAX, Fp8Linear, apply_fp8, check_fp8, dequantize, fp8_layers,
+                                 fp8_linear, fp8_mode_line, quantize, scaled_mm)
 from tests.helpers.distributed import run_ranks
 from tests.helpers.workers import make_trainer, train_and_report
 
@@ -137,3 +138,21 @@ def test_scaled_mm_path_equals_the_emulation(monkeypatch):
     assert calls == [E4M3, E5M2, E5M2]  # forward, input gradient, weight gradient
     for got, ref in zip((y.detach(), x.grad, w.grad), want):
         torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_the_run_says_on_how_many_layers_fp8_computes(capfd):
+    trainer = make_trainer(tiny("fp8", steps=1, layers=4), 1)
+    err = capfd.readouterr().err
+    assert err.count("mwb: fp8 on 2 of 4 layers (the first and the last stay bf16); fp8 is emulated on CPU") == 1
+    # the banner's count is the layers whose linears really are fp8
+    fp8 = {n.split(".")[1] for n, m in trainer.model.named_modules() if isinstance(m, Fp8Linear)}
+    assert len(fp8) == 2
+    assert fp8_layers(4) == [1, 2] and fp8_layers(3) == [1] and fp8_layers(2) == [] and fp8_layers(1) == []
+    assert "fp8 on 1 of 3 layers" in fp8_mode_line("cpu", 3)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_fp8_without_a_layer_in_fp8_is_refused(layers):
+    with pytest.raises(ConfigError, match=f"--precision fp8: a {layers}-layer model has no layer in fp8"):
+        make_trainer(tiny("fp8", steps=1, layers=layers), 1)
+    check_fp8(3)  # one layer in fp8: allowed
