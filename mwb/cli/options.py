@@ -21,7 +21,7 @@ FLAG_TO_KEY = {
     "recompute": "parallel.recompute", "precision": "train.precision", "steps": "train.steps",
     "micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size",
     "seq_length": "train.seq_length", "seed": "train.seed", "save_interval": "train.save_interval",
-    "keep_last": "train.keep_last", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
+    "keep_last": "train.keep_last", "async_save": "train.async_save", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
     "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr", "compile": "train.compile",
     "rampup_batch_size": "train.rampup_batch_size", "lora": "lora.rank", "lora_alpha": "lora.alpha",
     "lora_dropout": "lora.dropout", "lora_targets": "lora.targets", "pack": "train.pack",
@@ -84,6 +84,9 @@ def training_options(fn):
                      help="Checkpoint every N steps (always at the end and on SIGTERM/SIGINT)."),
         click.option("--keep-last", type=click.IntRange(min=0), default=None,
                      help="Keep only the newest N checkpoints."),
+        click.option("--async-save", is_flag=True, default=None,
+                     help="Write checkpoints in the background from CPU copies while training goes on (the "
+                          "next save and the end of the run wait; `latest` moves once a checkpoint is whole)."),
         click.option("--resume", is_flag=True, default=False,
                      help="Continue from OUT's latest checkpoint (any parallel layout)."),
         click.option("--out", type=click.Path(), default=None,

@@ -144,6 +144,9 @@ class TrainConfig:
     eval_steps: int = 4
     save_interval: int = 0  # 0 = only at the end
     keep_last: int = 0  # 0 = keep all
+    # write checkpoints in a background thread from CPU copies (mwb.core.checkpoint.async_save): training goes
+    # on; the next save and the end of the run wait for it; ``latest`` moves only once it is whole
+    async_save: bool = False
     out: Optional[str] = None
     compile: bool = False  # torch.compile each transformer block (opt-in; first steps pay the compile)
     # Megatron's --rampup-batch-size [start, increment, samples]: the global batch grows from start to

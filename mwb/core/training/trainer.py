@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from ..checkpoint.async_save import wait_for_save
 from ..config import ConfigError, RunConfig
 from ..models.transformer import TransformerBlock
 from ..optim.optimizer import DistributedOptimizer
@@ -141,6 +142,7 @@ class Trainer:
         self.logger = logger
         self.stop_requested = False
         self.eval_metrics: dict = {}
+        self.pending_save = None  # an --async-save checkpoint still being written (checkpoint.async_save)
 
     # --------------------------------------------------------------------------------------- helpers
     @property
@@ -296,4 +298,5 @@ class Trainer:
                 callback(self, res, stop)
             if stop:
                 break
+        wait_for_save(self)  # --async-save: the last checkpoint is whole (and its errors raised) before returning
         return history
