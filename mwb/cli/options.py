@@ -18,6 +18,7 @@ from mwb.core.training.run_dir import default_out  # noqa: F401  (runs/<command>
 FLAG_TO_KEY = {
     "tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "ep": "parallel.ep", "cp": "parallel.cp",
     "sp": "parallel.sp", "distributed_optimizer": "parallel.distributed_optimizer",
+    "fsdp": "parallel.fsdp",
     "recompute": "parallel.recompute", "precision": "train.precision", "steps": "train.steps",
     "micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size",
     "seq_length": "train.seq_length", "seed": "train.seed", "save_interval": "train.save_interval",
@@ -53,6 +54,9 @@ def training_options(fn):
         click.option("--sp/--no-sp", default=None, help="Sequence parallelism (needs --tp > 1)."),
         click.option("--distributed-optimizer", is_flag=True, default=None,
                      help="Shard fp32 master weights and optimizer state over data-parallel ranks."),
+        click.option("--fsdp", is_flag=True, default=None,
+                     help="FSDP2: shard parameters, gradients and optimizer state over data-parallel ranks "
+                          "(composes with --tp; fp32 or bf16 with fp32 reduction)."),
         click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16", "fp8"]), default=None,
                      help="Parameter/activation precision (fp16 uses dynamic loss scaling; fp8: bf16 weights, "
                           "e4m3/e5m2 GEMMs in the blocks, emulated on CPU)."),

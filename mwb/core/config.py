@@ -102,6 +102,7 @@ class ParallelConfig:
     ep: int = 1
     sp: bool = False
     distributed_optimizer: bool = False
+    fsdp: bool = False  # FSDP2: parameters, gradients and optimizer state sharded over DP (parallel/fsdp.py)
     order: str = "tp-cp-ep-dp-pp"
     pipeline_layers: Optional[list] = None  # explicit layers per (virtual) stage; None = even split
     recompute: str = "none"  # none | selective | full

@@ -48,7 +48,7 @@ def layout_of(trainer) -> dict:
     d = trainer.dims
     return {"world_size": d.world_size, "tp": d.tp, "pp": d.pp, "vpp": d.vpp, "cp": d.cp, "ep": d.ep,
             "dp": d.dp, "sp": d.sp, "order": d.order, "distributed_optimizer": trainer.optimizer.distributed,
-            "precision": trainer.cfg.train.precision}
+            "precision": trainer.cfg.train.precision, "fsdp": bool(getattr(trainer.optimizer, "fsdp", False))}
 
 
 def named_parameters(chunks) -> dict:
@@ -85,6 +85,12 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
     cfg, coords = trainer.cfg, trainer.state.coords
     tied, vocab = cfg.model.tie_embeddings, trainer.spec.vocab_size
     params = named_parameters(trainer.chunks)
+    opt = trainer.optimizer
+    if getattr(opt, "fsdp", False):  # --fsdp: every parameter and its state gathered over DP, saved whole
+        params, pieces, states = opt.gathered_pieces()
+        piece_state = lambda pc: states[id(pc)]  # noqa: E731
+    else:
+        pieces, piece_state = opt.pieces, opt.piece_state
     tensors: dict[str, torch.Tensor] = {}
     index: dict[str, dict] = {}
     for name, p in params.values():
@@ -101,8 +107,7 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
             key = f"model/{name}"
             tensors[key] = b.detach()
             _entry(index, name, b, None)["chunks"].append({"file": file, "key": key, **describe(b)})
-    opt = trainer.optimizer
-    for pc in opt.pieces:
+    for pc in pieces:
         name, p = params[id(pc.param)]
         if canonical(name, tied) != name or not _is_writer(p, coords, opt.distributed):
             continue
@@ -110,7 +115,7 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
         base = f"optim/{name}/{pc.lo}"
         keys["master"] = f"{base}/master"
         tensors[keys["master"]] = pc.master.detach()
-        for k, v in opt.piece_state(pc).items():
+        for k, v in piece_state(pc).items():
             if torch.is_tensor(v) and v.shape == pc.master.shape:
                 keys[k] = f"{base}/{k}"
                 tensors[keys[k]] = v.detach()
