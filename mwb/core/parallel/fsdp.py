@@ -18,8 +18,9 @@ reduce_dtype=fp32)``). Not supported, each refused with one line: pipeline, cont
 (FSDP2 here shards over a plain DP group), the distributed optimizer (FSDP already shards the state), fp16
 (dynamic loss scaling), fp8, and LoRA.
 
-Import this module before ``init_process_group`` in spawned test ranks: importing ``torch.distributed.fsdp``
-later has crashed gloo processes at exit (tests/helpers/ spawn helpers do this).
+``torch.distributed.fsdp`` itself is imported lazily here, so every process that may use it imports it before
+``init_process_group`` (importing it later has aborted gloo processes at exit): ``training/launch.py`` and
+the test spawn helper in ``tests/helpers/distributed.py`` do.
 """
 from __future__ import annotations
 
