@@ -19,10 +19,11 @@ from mwb.core.training.tracking import BACKENDS, check_available
 FLAG_TO_KEY = {
     "tp": "parallel.tp", "pp": "parallel.pp", "vpp": "parallel.vpp", "ep": "parallel.ep", "cp": "parallel.cp",
     "sp": "parallel.sp", "distributed_optimizer": "parallel.distributed_optimizer",
+    "fsdp": "parallel.fsdp",
     "recompute": "parallel.recompute", "precision": "train.precision", "steps": "train.steps",
     "micro_batch_size": "train.micro_batch_size", "global_batch_size": "train.global_batch_size",
     "seq_length": "train.seq_length", "seed": "train.seed", "save_interval": "train.save_interval",
-    "keep_last": "train.keep_last", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
+    "keep_last": "train.keep_last", "async_save": "train.async_save", "eval_interval": "train.eval_interval", "eval_steps": "train.eval_steps",
     "tokenizer": "data.tokenizer", "split": "data.split", "lr": "optim.lr", "compile": "train.compile",
     "rampup_batch_size": "train.rampup_batch_size", "lora": "lora.rank", "lora_alpha": "lora.alpha",
     "lora_dropout": "lora.dropout", "lora_targets": "lora.targets", "pack": "train.pack", "log": "logging.log",
@@ -60,6 +61,9 @@ def training_options(fn):
         click.option("--sp/--no-sp", default=None, help="Sequence parallelism (needs --tp > 1)."),
         click.option("--distributed-optimizer", is_flag=True, default=None,
                      help="Shard fp32 master weights and optimizer state over data-parallel ranks."),
+        click.option("--fsdp", is_flag=True, default=None,
+                     help="FSDP2: shard parameters, gradients and optimizer state over data-parallel ranks "
+                          "(composes with --tp; fp32 or bf16 with fp32 reduction)."),
         click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16", "fp8"]), default=None,
                      help="Parameter/activation precision (fp16 uses dynamic loss scaling; fp8: bf16 weights, "
                           "e4m3/e5m2 GEMMs in the blocks, emulated on CPU)."),
@@ -91,6 +95,9 @@ def training_options(fn):
                      help="Checkpoint every N steps (always at the end and on SIGTERM/SIGINT)."),
         click.option("--keep-last", type=click.IntRange(min=0), default=None,
                      help="Keep only the newest N checkpoints."),
+        click.option("--async-save", is_flag=True, default=None,
+                     help="Write checkpoints in the background from CPU copies while training goes on (the "
+                          "next save and the end of the run wait; `latest` moves once a checkpoint is whole)."),
         click.option("--resume", is_flag=True, default=False,
                      help="Continue from OUT's latest checkpoint (any parallel layout)."),
         click.option("--out", type=click.Path(), default=None,

@@ -49,6 +49,7 @@ HARDWARE_NAMES = ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="fix recompute [search]")
 @click.option("--distributed-optimizer/--no-distributed-optimizer", default=None,
               help="fix optimizer sharding on/off [search]")
+@click.option("--fsdp", is_flag=True, help="plan FSDP2 layouts (states sharded over dp; pp 1) [off]")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]),
               help="[the config's train.precision, bf16 where that is the CPU default fp32]")
 @click.option("--flash-attention", is_flag=True, help="fused attention: no s×s scores stored")
@@ -66,7 +67,7 @@ HARDWARE_NAMES = ["a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb"]
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of text")
 def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, peak_tflops, intra_node_bw,
          inter_node_bw, efficiency, memory_reserve, global_batch_size, seq_length, micro_batch_size, tp, pp, vpp,
-         ep, sp, recompute, distributed_optimizer, precision, flash_attention, train_tokens, rampup_batch_size,
+         ep, sp, recompute, distributed_optimizer, fsdp, precision, flash_attention, train_tokens, rampup_batch_size,
          device_power, pue, grid_gco2, top, as_json):
     """Memory, FLOPs and parallel-layout advice for a model on a cluster (formulas in docs/plan.md)."""
     from mwb.core.config import ConfigError, RunConfig, apply_sets, load_yaml, parse_set, update
@@ -109,7 +110,7 @@ def plan(preset, config_file, sets, gpus, hardware, gpus_per_node, gpu_memory, p
                                                   "train.rampup_batch_size", cfg.train.rampup_batch_size), gbs)
     workload = Workload(gpus, gbs, precision, (ramp.start, ramp.increment, ramp.samples) if ramp else None)
     constraints = Constraints(tp=tp, pp=pp, vpp=vpp, ep=ep, sp=sp, recompute=recompute,
-                              distributed_optimizer=distributed_optimizer, micro_batch_size=micro_batch_size,
+                              distributed_optimizer=distributed_optimizer, fsdp=fsdp, micro_batch_size=micro_batch_size,
                               flash_attention=flash_attention)
     result = run_plan(m, workload, hw, constraints, seq)
     steps_samples = ramp.consumed_after(cfg.train.steps) if ramp else cfg.train.steps * workload.global_batch_size

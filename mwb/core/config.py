@@ -102,6 +102,7 @@ class ParallelConfig:
     ep: int = 1
     sp: bool = False
     distributed_optimizer: bool = False
+    fsdp: bool = False  # FSDP2: parameters, gradients and optimizer state sharded over DP (parallel/fsdp.py)
     order: str = "tp-cp-ep-dp-pp"
     pipeline_layers: Optional[list] = None  # explicit layers per (virtual) stage; None = even split
     recompute: str = "none"  # none | selective | full
@@ -144,6 +145,9 @@ class TrainConfig:
     eval_steps: int = 4
     save_interval: int = 0  # 0 = only at the end
     keep_last: int = 0  # 0 = keep all
+    # write checkpoints in a background thread from CPU copies (mwb.core.checkpoint.async_save): training goes
+    # on; the next save and the end of the run wait for it; ``latest`` moves only once it is whole
+    async_save: bool = False
     out: Optional[str] = None
     compile: bool = False  # torch.compile each transformer block (opt-in; first steps pay the compile)
     # Megatron's --rampup-batch-size [start, increment, samples]: the global batch grows from start to

@@ -31,6 +31,7 @@ def _worker(rank, world, port, fn, args, results, timeout_s):
         import torch
         import torch.distributed as dist
         import torch.distributed.nn.functional  # noqa: F401  (before init: see ENVIRONMENT.md)
+        import torch.distributed.fsdp  # noqa: F401  (before init, as the launcher does)
         torch.set_num_threads(1)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                           WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))

@@ -6,7 +6,8 @@ distributed optimizer on or off), optimizer state included. A checkpoint is writ
 and renamed once complete, and ``latest`` is updated last, so an interrupted save never looks complete.
 Nothing is unpickled on load. The format is described in ``docs/checkpoint.md``.
 
-Trainer-facing API: ``save(trainer, root, keep_last, extra_files)``, ``prune(root, keep_last, keep)``,
+Trainer-facing API: ``save(trainer, root, keep_last, extra_files)`` (in the background with
+``train.async_save``; ``wait_for_save(trainer)`` finishes it), ``prune(root, keep_last, keep)``,
 ``latest_dir(root)``, ``resume_dir(root)`` (the latest, checked complete, for pre-launch checks),
 ``load(trainer, directory, model_only=False) -> step``. Full tensors in one process and the one-file
 consolidated format: :mod:`.consolidate`. A whole model from any checkpoint (or a Hugging Face directory) is
@@ -18,7 +19,8 @@ from __future__ import annotations
 from ..errors import CheckpointError
 from .format import FORMAT, latest_dir, read_metadata, resume_dir
 from .reader import Checkpoint, load
-from .writer import prune, save, write_model_checkpoint
+from .async_save import save, wait_for_save
+from .writer import prune, write_model_checkpoint
 
 __all__ = ["FORMAT", "Checkpoint", "CheckpointError", "latest_dir", "load", "prune", "read_metadata", "resume_dir",
-           "save", "write_model_checkpoint"]
+           "save", "wait_for_save", "write_model_checkpoint"]

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from ..errors import CheckpointError
+from ..parallel.fsdp import assign
 from ..parallel.random import restore_rng_state, seed_everything
 from .format import read_metadata, rng_join, same_grid, shard_name
 from .shards import assemble, canonical, local_slice, unpadded_shape
@@ -130,7 +131,7 @@ def copy_full_tensors(chunks, get: Callable[[str], torch.Tensor], vocab: Optiona
                 if tuple(full.shape) != want:
                     raise CheckpointError(f"{source}: {canon} has shape {list(full.shape)}, this model needs "
                                           f"{list(want)} (the model settings differ from the checkpoint's)")
-                p.data.copy_(local_slice(full, p))
+                assign(p, local_slice(full, p))  # (an --fsdp parameter keeps its DP shard of it)
             params = {n for n, _ in chunk.named_parameters(remove_duplicate=False)}
             for name, b in chunk.named_buffers():
                 if name in params or name not in chunk.state_dict():
@@ -150,6 +151,8 @@ def check_model(ck: Checkpoint, trainer) -> None:
 
 def _refresh_masters(opt) -> None:
     """fp32 masters that are copies (bf16/fp16 models) follow freshly loaded weights."""
+    if getattr(opt, "fsdp", False):  # the sharded fp32 parameters are the masters
+        return
     for pc in opt.pieces:
         if not pc.alias:
             pc.master.copy_(pc.param.data.view(-1)[pc.lo:pc.hi].float())
@@ -161,6 +164,9 @@ def _load_optimizer(ck: Checkpoint, trainer) -> None:
     if saved and saved != trainer.cfg.optim.name:
         raise CheckpointError(f"checkpoint {ck.directory} holds {saved} state, this run uses optimizer "
                               f"'{trainer.cfg.optim.name}'; set optim.name={saved} or load the weights only")
+    if getattr(opt, "fsdp", False):
+        _load_fsdp_optimizer(ck, trainer)
+        return
     params = named_parameters(trainer.chunks)
     cached_name, cached = None, None
     with torch.no_grad():
@@ -184,6 +190,22 @@ def _load_optimizer(ck: Checkpoint, trainer) -> None:
                 new_state[kind] = torch.tensor(s["value"], dtype=dtype) if dtype is not None else s["value"]
             opt.load_piece_state(pc, new_state)
     opt.found_inf_steps = int((ck.meta.get("optimizer") or {}).get("found_inf_steps", 0))
+
+
+def _load_fsdp_optimizer(ck: Checkpoint, trainer) -> None:
+    """--fsdp: each parameter's whole (TP-local) master and moments, cut to this rank's DP shard."""
+    tied = trainer.cfg.model.tie_embeddings
+
+    def state_of(name, p):
+        states, scalars = ck.optimizer_state(canonical(name, tied))
+        local = {kind: local_slice(full, p) for kind, full in states.items()}
+        values = {}
+        for kind, s in scalars.items():
+            dtype = DTYPES.get(s.get("dtype") or "")
+            values[kind] = torch.tensor(s["value"], dtype=dtype) if dtype is not None else s["value"]
+        return local, values
+    trainer.optimizer.load_whole(state_of)
+    trainer.optimizer.found_inf_steps = int((ck.meta.get("optimizer") or {}).get("found_inf_steps", 0))
 
 
 def load(trainer, directory: str, model_only: bool = False) -> int:

@@ -48,7 +48,7 @@ def layout_of(trainer) -> dict:
     d = trainer.dims
     return {"world_size": d.world_size, "tp": d.tp, "pp": d.pp, "vpp": d.vpp, "cp": d.cp, "ep": d.ep,
             "dp": d.dp, "sp": d.sp, "order": d.order, "distributed_optimizer": trainer.optimizer.distributed,
-            "precision": trainer.cfg.train.precision}
+            "precision": trainer.cfg.train.precision, "fsdp": bool(getattr(trainer.optimizer, "fsdp", False))}
 
 
 def named_parameters(chunks) -> dict:
@@ -85,6 +85,12 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
     cfg, coords = trainer.cfg, trainer.state.coords
     tied, vocab = cfg.model.tie_embeddings, trainer.spec.vocab_size
     params = named_parameters(trainer.chunks)
+    opt = trainer.optimizer
+    if getattr(opt, "fsdp", False):  # --fsdp: every parameter and its state gathered over DP, saved whole
+        params, pieces, states = opt.gathered_pieces()
+        piece_state = lambda pc: states[id(pc)]  # noqa: E731
+    else:
+        pieces, piece_state = opt.pieces, opt.piece_state
     tensors: dict[str, torch.Tensor] = {}
     index: dict[str, dict] = {}
     for name, p in params.values():
@@ -101,8 +107,7 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
             key = f"model/{name}"
             tensors[key] = b.detach()
             _entry(index, name, b, None)["chunks"].append({"file": file, "key": key, **describe(b)})
-    opt = trainer.optimizer
-    for pc in opt.pieces:
+    for pc in pieces:
         name, p = params[id(pc.param)]
         if canonical(name, tied) != name or not _is_writer(p, coords, opt.distributed):
             continue
@@ -110,7 +115,7 @@ def collect(trainer, file: str) -> tuple[dict, dict]:
         base = f"optim/{name}/{pc.lo}"
         keys["master"] = f"{base}/master"
         tensors[keys["master"]] = pc.master.detach()
-        for k, v in opt.piece_state(pc).items():
+        for k, v in piece_state(pc).items():
             if torch.is_tensor(v) and v.shape == pc.master.shape:
                 keys[k] = f"{base}/{k}"
                 tensors[keys[k]] = v.detach()
@@ -160,50 +165,80 @@ def save(trainer, root: str, keep_last: int = 0, extra_files: ExtraFiles = None)
     """Write ``root/step_N`` for the trainer's current step (call on every rank); returns its path.
 
     ``extra_files`` maps a name to a file, directory or list of files copied into ``step_N/<name>/`` so the
-    checkpoint can be used alone; ``{"tokenizer": path}`` makes it the checkpoint's tokenizer.
+    checkpoint can be used alone; ``{"tokenizer": path}`` makes it the checkpoint's tokenizer. (The package's
+    ``checkpoint.save`` is :func:`.async_save.save`, which calls this one unless ``train.async_save``.)
     """
-    world, rank, step = trainer.dims.world_size, trainer.state.rank, trainer.step
+    world = trainer.dims.world_size
+    tmp, final = stage(trainer, root)
+    file = shard_name(trainer.state.rank)
+    tensors, entry = snapshot(trainer, file, copy=False)
+    entry["bytes"] = write_safetensors(tensors, os.path.join(tmp, file))
+    entries = _gather(entry, world)
+    if trainer.state.rank == 0:
+        commit(trainer, root, tmp, final, metadata(trainer, entries), keep_last, extra_files)
+    _barrier(world)
+    return final
+
+
+def stage(trainer, root: str) -> tuple[str, str]:
+    """(staging directory, final directory) of this step's checkpoint; rank 0 empties the staging one."""
+    step = trainer.step
     final = os.path.join(root, f"step_{step}")
     tmp = os.path.join(root, f".step_{step}.incomplete")
-    if rank == 0:
+    if trainer.state.rank == 0:
         os.makedirs(root, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
-    _barrier(world)
-    file = shard_name(rank)
+    _barrier(trainer.dims.world_size)
+    return tmp, final
+
+
+def snapshot(trainer, file: str, copy: bool) -> tuple[dict, dict]:
+    """This rank's tensors (copied to CPU when ``copy``, so training may change its own) and its metadata
+    entry (``bytes`` left for the writer to fill in)."""
     tensors, index = collect(trainer, file)
     rng_tensors, rng_rest = rng_split(capture_rng_state())
     tensors.update(rng_tensors)
-    size = write_safetensors(tensors, os.path.join(tmp, file))
-    entries = _gather({"rank": rank, "coords": dict(trainer.state.coords), "bytes": size, "tensors": index,
-                       "rng": rng_rest}, world)
-    if rank == 0:
-        cfg = trainer.cfg
-        extra = _write_extra(tmp, extra_files)
-        meta = {
-            "format": FORMAT, "step": step, "layout": layout_of(trainer), "arch": cfg.model.arch,
-            "vocab_size": trainer.spec.vocab_size, "config": config_tree(cfg),
-            "tokenizer": extra.get("tokenizer"), "extra_files": extra,
-            "optimizer": {"name": cfg.optim.name, "found_inf_steps": trainer.optimizer.found_inf_steps},
-            "scaler": trainer.scaler.state_dict(),
-            "files": {shard_name(e["rank"]): {"rank": e["rank"], "coords": e["coords"], "bytes": e["bytes"]}
-                      for e in entries},
-            "rng": {str(e["rank"]): e["rng"] for e in entries},
-            "consumed_samples": int(getattr(trainer, "consumed_samples", step * cfg.train.global_batch_size)),
-            "tensors": _merge(entries),
-        }
-        lora = getattr(trainer, "lora", None)
-        if lora:
-            meta["lora"] = dict(lora)
-        atomic_write_text(os.path.join(tmp, METADATA), json.dumps(meta, indent=1))
-        commit_directory(tmp, final)
-        atomic_write_text(os.path.join(root, "latest"), f"step_{step}\n")
-        if keep_last > 0:
-            prune(root, keep_last)
-        if lora:
-            _say_lora_size(final, meta, lora)
-    _barrier(world)
-    return final
+    if copy:
+        tensors = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
+    return tensors, {"rank": trainer.state.rank, "coords": dict(trainer.state.coords), "tensors": index,
+                     "rng": rng_rest}
+
+
+def metadata(trainer, entries: list[dict]) -> dict:
+    """``metadata.json`` of the trainer's current step from every rank's entry."""
+    cfg, step = trainer.cfg, trainer.step
+    meta = {
+        "format": FORMAT, "step": step, "layout": layout_of(trainer), "arch": cfg.model.arch,
+        "vocab_size": trainer.spec.vocab_size, "config": config_tree(cfg),
+        "tokenizer": None, "extra_files": {},
+        "optimizer": {"name": cfg.optim.name, "found_inf_steps": trainer.optimizer.found_inf_steps},
+        "scaler": trainer.scaler.state_dict(),
+        "files": {shard_name(e["rank"]): {"rank": e["rank"], "coords": e["coords"], "bytes": e.get("bytes")}
+                  for e in entries},
+        "rng": {str(e["rank"]): e["rng"] for e in entries},
+        "consumed_samples": int(getattr(trainer, "consumed_samples", step * cfg.train.global_batch_size)),
+        "tensors": _merge(entries),
+    }
+    lora = getattr(trainer, "lora", None)
+    if lora:
+        meta["lora"] = dict(lora)
+    return meta
+
+
+def commit(trainer, root: str, tmp: str, final: str, meta: dict, keep_last: int,
+           extra_files: ExtraFiles) -> None:
+    """Rank 0, once every shard is in ``tmp``: extra files, metadata.json, rename, ``latest``, prune."""
+    extra = _write_extra(tmp, extra_files)
+    meta.update(tokenizer=extra.get("tokenizer"), extra_files=extra)
+    atomic_write_text(os.path.join(tmp, METADATA), json.dumps(meta, indent=1))
+    commit_directory(tmp, final)
+    atomic_write_text(os.path.join(root, "latest"), f"{os.path.basename(final)}\n")
+    if keep_last > 0:
+        prune(root, keep_last)
+    lora = getattr(trainer, "lora", None)
+    if lora:
+        _say_lora_size(final, meta, lora)
 
 
 def _say_lora_size(directory: str, meta: dict, lora: dict) -> None:

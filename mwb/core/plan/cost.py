@@ -139,6 +139,12 @@ class CostModel:
         groups = [(dense, d), (expert, max(d // ep, 1))]
         fwd_share = self._flops["none"] / 3 / self._flops[layout.recompute]
         bwd_window, fwd_window = compute_mb * (1 - fwd_share), compute_mb * fwd_share
+        if layout.fsdp:  # per micro-batch: all-gather forward and again backward, reduce-scatter of gradients
+            m = layout.microbatches(self.mem.global_batch)
+            ag = m * sum((n - 1) / n * params * self.w_bytes for params, n in groups if n > 1)
+            rs = m * sum((n - 1) / n * params * self.g_bytes for params, n in groups if n > 1)
+            exposed = max(0.0, ag / bw - m * fwd_window) + max(0.0, (ag + rs) / bw - m * bwd_window)
+            return 2 * ag + rs, (2 * ag + rs) / bw, exposed
         if layout.distributed_optimizer:
             rs = sum((n - 1) / n * params * self.g_bytes for params, n in groups if n > 1)
             ag = sum((n - 1) / n * params * self.w_bytes for params, n in groups if n > 1)

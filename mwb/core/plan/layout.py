@@ -22,6 +22,7 @@ class Layout:
     sp: bool = False
     recompute: str = "none"  # none | selective | full
     distributed_optimizer: bool = False
+    fsdp: bool = False  # FSDP2 (--fsdp): weights, gradients and optimizer state sharded over dp
 
     @property
     def gpus(self) -> int:
@@ -41,13 +42,14 @@ class Layout:
         parts.append(f"micro-batch {self.micro_batch_size}")
         parts.append("sp" if self.sp else "no sp")
         parts.append(f"recompute {self.recompute}")
-        parts.append("distributed optimizer" if self.distributed_optimizer else "replicated optimizer")
+        parts.append("fsdp" if self.fsdp else
+                     "distributed optimizer" if self.distributed_optimizer else "replicated optimizer")
         return ", ".join(parts)
 
     def as_dict(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "vpp": self.vpp, "ep": self.ep,
                 "micro_batch_size": self.micro_batch_size, "sp": self.sp, "recompute": self.recompute,
-                "distributed_optimizer": self.distributed_optimizer}
+                "distributed_optimizer": self.distributed_optimizer, "fsdp": self.fsdp}
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class Constraints:
     sp: Optional[bool] = None
     recompute: Optional[str] = None
     distributed_optimizer: Optional[bool] = None
+    fsdp: bool = False  # plan FSDP layouts only (pp 1, no distributed optimizer), as --fsdp trains
     micro_batch_size: Optional[int] = None
     micro_batch_sizes: tuple = (1, 2, 4, 8)
     max_vpp: int = 8

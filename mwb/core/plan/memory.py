@@ -5,7 +5,8 @@ What is counted, per rank:
 
 * weights, gradients and optimizer states: parameters the rank holds (:func:`.model.rank_parameters`) times
   :data:`.formulas.STATE_BYTES` (bf16: 2 + 4 + 12 = 18 bytes, or 6 + 12/dp with the distributed optimizer,
-  whose shard of expert parameters is 12/(dp/ep));
+  whose shard of expert parameters is 12/(dp/ep); with FSDP all 18/dp, plus ``fsdp_gathered``: the root
+  group and two blocks unsharded, weights and gradients, :meth:`MemoryModel.fsdp_gathered`);
 * activations of the layers the rank holds, for as many micro-batches as 1F1B keeps in flight there
   (:func:`.formulas.inflight_microbatch_chunks`: L layers' worth on the first stage, ×(1 + (p−1)/(p·v))
   interleaved);
@@ -118,14 +119,32 @@ class MemoryModel:
     def rank_memory(self, layout: Layout, rank: int) -> Memory:
         dense, expert = self.params(layout, rank)
         w, g, o = STATE_BYTES[self.precision]
+        acts = self.activations(layout, rank)
+        if layout.fsdp:  # every model state sharded over dp, plus the gathered copies of the blocks in flight
+            share = dense / layout.dp + expert / max(layout.dp // layout.ep, 1)
+            acts["fsdp_gathered"] = self.fsdp_gathered(layout, rank)
+            stage = "only" if layout.pp == 1 else ("first" if rank == 0 else "last")
+            return Memory(stage, dense + expert, w * share, g * share, o * share, sum(acts.values()), acts)
         if layout.distributed_optimizer:
             optimizer = o * (dense / layout.dp + expert / max(layout.dp // layout.ep, 1))
         else:
             optimizer = o * (dense + expert)
-        acts = self.activations(layout, rank)
         stage = "only" if layout.pp == 1 else ("first" if rank == 0 else "last")
         return Memory(stage, dense + expert, w * (dense + expert), g * (dense + expert), optimizer,
                       sum(acts.values()), acts)
+
+    def fsdp_gathered(self, layout: Layout, rank: int) -> float:
+        """FSDP's transient unsharded state: the root group (embedding, final norm, output head: gathered
+        through the step) plus the two largest blocks (the one running and the one prefetched), each as its
+        weights in the compute dtype and its unsharded gradient before the reduce-scatter."""
+        t, ep = layout.tp, layout.ep
+        dense, expert = self.params(layout, rank)
+        held = stage_layers(len(self.layers), layout.pp, layout.vpp, rank)
+        blocks = sorted((self.layers[i].sharded / t + self.layers[i].replicated + self.layers[i].expert / (t * ep)
+                         for i in held), reverse=True)
+        root = dense + expert - sum(blocks)
+        w, g, _ = STATE_BYTES[self.precision]
+        return (root + sum(blocks[:2])) * (w + g)
 
     def peak(self, layout: Layout) -> Memory:
         """The busier of the first and last pipeline ranks."""

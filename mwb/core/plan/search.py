@@ -75,6 +75,8 @@ def structural_problem(shape: ModelShape, layout: Layout, workload: Workload) ->
         return "a ramp-up batch size is not divisible by dp·micro-batch"
     if layout.sp and (t == 1 or shape.seq_length % t):
         return "sequence parallelism needs tp > 1 dividing the sequence length"
+    if layout.fsdp and (p > 1 or layout.ep > 1 or layout.distributed_optimizer):
+        return "--fsdp shards over dp with pp 1, ep 1 and no distributed optimizer"
     if v > 1 and (p == 1 or any(layout.microbatches(b) % p for b in workload.batch_sizes())):
         return "interleaving needs pp > 1 and micro-batches divisible by pp"
     return None
@@ -96,13 +98,13 @@ def candidate_layouts(shape: ModelShape, workload: Workload, hw: Hardware,
             sps = [c.sp] if c.sp is not None else ([False, True] if t > 1 else [False])
             recs = [c.recompute] if c.recompute is not None else list(RECOMPUTE_MODES)
             dops = ([c.distributed_optimizer] if c.distributed_optimizer is not None
-                    else ([False, True] if d > 1 else [False]))
+                    else ([False, True] if d > 1 and not c.fsdp else [False]))
             for v in vpps:
                 for b in mbss:
                     for sp in sps:
                         for r in recs:
                             for do in dops:
-                                yield Layout(t, p, d, v, c.ep, b, sp, r, do)
+                                yield Layout(t, p, d, v, c.ep, b, sp, r, do, c.fsdp)
 
 
 def search(cfg: ModelConfig, workload: Workload, hw: Hardware, constraints: Constraints = Constraints(),

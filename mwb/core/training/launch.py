@@ -57,6 +57,7 @@ def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, torch.device]:
         cores = os.cpu_count() or 1
         torch.set_num_threads(max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
     if not dist.is_initialized():
+        import torch.distributed.fsdp as _fsdp  # noqa: F401  (before init: importing it later can abort gloo at exit)
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout_s))

@@ -17,12 +17,15 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from ..checkpoint.async_save import wait_for_save
 from ..config import ConfigError, RunConfig
 from ..models.transformer import TransformerBlock
+from ..optim.fsdp import FSDPOptimizer
 from ..optim.optimizer import DistributedOptimizer
 from ..optim.scaler import LossScaler
 from ..optim.schedules import lr_at
 from ..parallel.dims import LayoutError, ParallelDims
+from ..parallel.fsdp import apply_fsdp, build_dtype, check_config as check_fsdp
 from ..parallel.lora import apply_lora, check_config as check_lora, parameter_counts
 from ..parallel.random import seed_everything
 from ..parallel.stages import rank_stages
@@ -90,6 +93,10 @@ def parallel_dims(cfg: RunConfig, world_size: int) -> ParallelDims:
     if t.precision not in DTYPES:
         raise ConfigError(f"train.precision '{t.precision}' is not one of {' | '.join(DTYPES)}")
     check_lora(cfg.lora)
+    check_fsdp(cfg)
+    if p.fsdp and dims.dp == 1:
+        raise LayoutError(f"--fsdp shards over data-parallel ranks, and this layout has dp 1 (world {world_size}, "
+                          f"tp {dims.tp}); use --nproc {2 * world_size} or drop --fsdp")
     o = cfg.optim
     if o.min_lr > o.lr:  # Megatron asserts max_lr >= min_lr: a schedule floor above the peak trains at min_lr
         raise ConfigError(f"optim.min_lr {o.min_lr:g} is above optim.lr {o.lr:g}, so the schedule would train at "
@@ -111,7 +118,7 @@ class Trainer:
             timeout = datetime.timedelta(seconds=cfg.parallel.timeout_s)
         self.state = build_state(self.dims, timeout=timeout)
         seed_everything(cfg.train.seed, self.state.tp_rank, self.state.pp_rank, self.device.type)
-        dtype = DTYPES[cfg.train.precision]
+        dtype = build_dtype(cfg, DTYPES[cfg.train.precision])  # --fsdp: fp32 shards, bf16 compute copies
         self.stages = rank_stages(cfg.model.stage_layers, self.dims.pp, self.dims.vpp, self.state.pp_rank,
                                   cfg.parallel.pipeline_layers)
         self.chunks = [spec.build_chunk(self.state, st, self.device, dtype) for st in self.stages]
@@ -129,9 +136,13 @@ class Trainer:
                 apply_recompute(c, cfg.parallel)
         if cfg.train.compile:
             compile_blocks(self.chunks, COMPILE_BACKEND)
-        self.optimizer = DistributedOptimizer(self.model, cfg.optim, self.state,
-                                              distributed=cfg.parallel.distributed_optimizer,
-                                              bucket_mb=cfg.parallel.dp_bucket_mb)
+        if cfg.parallel.fsdp:
+            apply_fsdp(self.chunks, self.state, cfg.train.precision, self.device.type, (TransformerBlock,))
+            self.optimizer = FSDPOptimizer(self.model, cfg.optim, self.state)
+        else:
+            self.optimizer = DistributedOptimizer(self.model, cfg.optim, self.state,
+                                                  distributed=cfg.parallel.distributed_optimizer,
+                                                  bucket_mb=cfg.parallel.dp_bucket_mb)
         self.scaler = LossScaler(cfg.train.initial_loss_scale, cfg.train.min_loss_scale,
                                  cfg.train.loss_scale_window, cfg.train.hysteresis,
                                  dynamic=cfg.train.precision == "fp16")
@@ -142,6 +153,7 @@ class Trainer:
         self.logger = logger
         self.stop_requested = False
         self.eval_metrics: dict = {}
+        self.pending_save = None  # an --async-save checkpoint still being written (checkpoint.async_save)
 
     # --------------------------------------------------------------------------------------- helpers
     @property
@@ -297,4 +309,5 @@ class Trainer:
                 callback(self, res, stop)
             if stop:
                 break
+        wait_for_save(self)  # --async-save: the last checkpoint is whole (and its errors raised) before returning
         return history
