@@ -12,6 +12,7 @@ from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.tasks.glue.task import Glue, glue_metrics
 from mwb.tasks.glue.data import read_glue
+from mwb.tasks.api.objectives import REGRESSION
 from tests.helpers.cli import run_cli
 from tests.tasks.glue.helpers import write_easy_stsb, write_mnli, write_tsv
 from tests.tasks.encoder_helpers import TOKENIZER, tiny_bert_checkpoint
@@ -84,7 +85,7 @@ def test_metrics_per_task_and_submission(tmp_path):
     task = Glue(task="qnli", submission=str(tmp_path / "sub" / "QNLI.tsv"))
     assert task.metrics([1, 0], [{"index": "4", "label": None}, {"index": "9", "label": None}]) == {"count": 2}
     assert (tmp_path / "sub" / "QNLI.tsv").read_text() == "index\tprediction\n4\tnot_entailment\n9\tentailment\n"
-    assert Glue(task="cola").metric == "matthews" and Glue(task="stsb").objective == "regression"
+    assert Glue(task="cola").metric == "matthews" and Glue(task="stsb").objective is REGRESSION
     with pytest.raises(ConfigError, match="--task must be one of mnli.*got 'wnli'"):
         Glue(task="wnli")
 
