@@ -67,9 +67,9 @@ def test_generative_records_carry_empty_and_are_counted():
 def test_no_objective_name_compared_and_no_runner_probed():
     pattern = re.compile(r"objective\s*(==|!=)|objective in \(|is generative_objective|hasattr\((runner|lm),|"
                          r"isinstance\((runner|lm),|\.opts\[[^]]+\]\s*=\s*[^=]")
-    hits = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py")
-            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    hits = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+            for line in p.read_text().splitlines() if pattern.search(line)]
     # the option assignments still left (options not yet immutable): the default context length (evaluate,
     # T5), the QA reader's kind and the retrieval QA's reader, each filled in from the loaded model
-    assert sorted(hits) == ["tasks/api/evaluate.py:37", "tasks/api/generative_objective.py:140",
-                            "tasks/qa/reader.py:168", "tasks/qa/retrieval.py:90", "tasks/qa/retrieval.py:98"], hits
+    assert sorted(hits) == ["tasks/api/evaluate.py", "tasks/api/generative_objective.py", "tasks/qa/reader.py",
+                            "tasks/qa/retrieval.py", "tasks/qa/retrieval.py"], hits
