@@ -46,6 +46,7 @@ class LanguageModel:
     packs when ``device`` is the CPU. Only for a model that is no longer trained: the loaders of
     ``mwb eval/generate/serve`` pass ``None`` (or the user's choice), everything else keeps the default, off.
     """
+    encoder_decoder = False  # a decoder-only model: prompts are its context (Seq2SeqModel's is True)
 
     def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
                  max_length: Optional[int] = None, pack_weights: Optional[bool] = False) -> None:

@@ -95,22 +95,6 @@ def word_perplexity(total_nll: float, num_words: int) -> float:
     return math.exp(mean) if mean < 700 else float("inf")
 
 
-# ------------------------------------------------------------------------------------------------- NER
-
-
-def entity_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict:
-    """Entity-level (exact span and type) micro precision/recall/F1 over BIO-tagged sentences, computed
-    by ``seqeval`` (CoNLL-2000 ``conlleval`` semantics: an I- tag without a B- starts an entity)."""
-    try:
-        from seqeval.metrics import f1_score, precision_score, recall_score
-    except ImportError as e:  # an optional dependency: name the fix
-        from mwb.core.errors import MwbError
-        raise MwbError("entity-level F1 needs seqeval: pip install seqeval") from e
-    preds, refs = [list(p) for p in predictions], [list(r) for r in references]
-    return {"precision": float(precision_score(refs, preds)), "recall": float(recall_score(refs, preds)),
-            "f1": float(f1_score(refs, preds))}
-
-
 # ------------------------------------------------------------------------------------------ distinct-n
 
 

@@ -30,6 +30,7 @@ from .lm import check_whole_model, full_vocab_logits
 class Seq2SeqModel:
     """A T5 model (possibly TP-sharded, whole model on each rank) + tokenizer, seen as generation needs it:
     fp32 decoder logits over the real vocabulary, identical on every TP rank."""
+    encoder_decoder = True  # declared for the generative objective, which builds encoder inputs for it
 
     def __init__(self, model: nn.Module, tokenizer, state=None, device: Optional[torch.device] = None,
                  decoder_start: Optional[int] = None) -> None:

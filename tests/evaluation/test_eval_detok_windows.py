@@ -57,7 +57,7 @@ def test_registry_and_options():
 
 def test_load_records_formats(tmp_path, monkeypatch):
     from mwb.core.errors import DataError
-    from mwb.evaluation.records import _read_jsonl, load_records
+    from mwb.evaluation.task_data import _read_jsonl, load_records
     (tmp_path / "a.jsonl").write_text('{"text": "one"}\n\n{"text": "two"}\n')
     (tmp_path / "b.csv").write_text("text,label\nhello,1\nworld,0\n")
     assert load_records(str(tmp_path / "a.jsonl")) == [{"text": "one"}, {"text": "two"}]

@@ -44,19 +44,6 @@ def test_perplexities():
         M.perplexity(1.0, 0)
 
 
-def test_entity_f1_bio():
-    pytest.importorskip("seqeval")
-    ref = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O", "B-PER"]]
-    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O", "O"]]
-    # gold entities: PER(0-1), LOC(3), ORG(0), PER(2) = 4; predicted: PER(0-1), ORG(3), ORG(0) = 3; correct: 2
-    got = M.entity_f1(pred, ref)
-    p, r = 2 / 3, 2 / 4
-    assert got["precision"] == pytest.approx(p) and got["recall"] == pytest.approx(r)
-    assert got["f1"] == pytest.approx(2 * p * r / (p + r))
-    # a span with the right type but wrong boundary is wrong
-    assert M.entity_f1([["B-PER", "O"]], [["B-PER", "I-PER"]])["f1"] == 0.0
-
-
 def test_distinct_n():
     texts = ["the cat sat", "the cat ran"]
     assert M.distinct_n(texts, 1) == pytest.approx(4 / 6)  # the, cat, sat, ran of 6 unigrams

@@ -40,12 +40,10 @@ import numpy as np
 from mwb.core.config import ConfigError
 from mwb.core.data.spans import pair_inputs  # noqa: F401  (task files build sentence pairs with it)
 
+from .objectives import (CLASSIFICATION, CUSTOM, ENCODER_OBJECTIVES, GENERATIVE, MULTIPLE_CHOICE,  # noqa: F401
+                         OBJECTIVES, REGRESSION, SPAN, TOKEN_CLASSIFICATION, GenerationOptions, Objective)
 from .records import default_records
-from .spec import ENCODER_ARCHES, ENCODER_START, GENERATIVE_ARCHES, GENERATIVE_START, Finetuning, Start
-
-ENCODER_OBJECTIVES = ("classification", "regression", "multiple_choice", "token_classification", "span")
-OBJECTIVES = ENCODER_OBJECTIVES + ("generative", "custom")
-TRAINABLE = ENCODER_OBJECTIVES + ("generative",)
+from .spec import Finetuning, Start
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ class Option:
 class Task:
     name: ClassVar[str] = "task"          # set by @register
     description: ClassVar[str] = ""
-    objective: ClassVar[str] = "custom"
+    objective: ClassVar[Objective] = CUSTOM  # one of :data:`~.objectives.OBJECTIVES`
     default_data: ClassVar[Optional[str]] = None  # the bundled sample in the official layout
     num_labels: ClassVar[int] = 2         # classification / token classification heads
     metric: ClassVar[str] = "accuracy"    # picks the best fine-tuning checkpoint (higher is better)
@@ -101,27 +99,24 @@ class Task:
 
     @classmethod
     def trainable(cls) -> bool:
-        return cls.objective in TRAINABLE
+        return cls.objective.trainable
 
     # --- what the runners ask a task: declared here with their defaults (no runner probes a task) ----------
     def training_module(self):
         """The module ``mwb finetune`` trains this task with (``featurize``, ``make_spec``, ``dev_predictions``):
         the declared ``finetuning.training`` (the open-domain QA reader's), else the objective's."""
-        if self.finetuning.training is not None:
-            return self.finetuning.training
-        from . import encoder_objective, generative_objective
-        return generative_objective if self.objective == "generative" else encoder_objective
+        return self.objective.training(self)
 
     def arches(self) -> tuple[str, ...]:
         """The model architectures this task fine-tunes; the starting checkpoint must hold one. Default: the
         objective's (a BERT for encoder heads; a GPT or a T5 for generative targets)."""
-        return GENERATIVE_ARCHES if self.objective == "generative" else ENCODER_ARCHES
+        return self.objective.arches()
 
     def start(self) -> Start:
         """Where ``mwb finetune`` starts without ``--checkpoint`` (:class:`~.spec.Start`): the declared
         ``finetuning.start``, else the objective's — ``minilm-l6`` when installed, else a tiny BERT, for encoder
         heads; a tiny GPT for generative targets."""
-        return self.finetuning.start or (GENERATIVE_START if self.objective == "generative" else ENCODER_START)
+        return self.finetuning.start or self.objective.start()
 
     @classmethod
     def default_checkpoint(cls, say=print) -> Optional[str]:
@@ -164,12 +159,13 @@ class Task:
         return outputs
 
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        if self.objective == "generative":
-            from mwb.evaluation.metrics import squad_exact_match, squad_f1
-            golds = [self.inputs(e, None, 0)["target"] for e in examples]
-            return {"exact_match": _mean(squad_exact_match(p, g) for p, g in zip(preds, golds)),
-                    "f1": _mean(squad_f1(p, g) for p, g in zip(preds, golds)), "count": len(preds)}
-        return {"accuracy": _mean(int(p == e["label"]) for p, e in zip(preds, examples)), "count": len(preds)}
+        """The task's numbers; default: its objective's (:meth:`~.objectives.Objective.metrics`)."""
+        return self.objective.metrics(self, preds, examples)
+
+    def generation(self) -> GenerationOptions:
+        """How a generative task decodes when scored: :class:`~.objectives.GenerationOptions`'s declared
+        defaults, overridden by the task's options of the same names."""
+        return GenerationOptions.of(self.opts)
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """One record per evaluated item for ``OUT/predictions.jsonl`` (:mod:`mwb.evaluation.predictions`):
@@ -190,11 +186,7 @@ class Task:
         span ``[seq, 2]``): argmax (span: start and end). Tasks that map predictions back to words or text
         (NER first sub-tokens, span n-best lists) override it; ``feature`` is what :meth:`inputs` returned.
         Regression: the score."""
-        if self.objective == "span":
-            return int(logits[:, 0].argmax()), int(logits[:, 1].argmax())
-        if self.objective == "regression":
-            return float(logits.reshape(-1)[0])
-        return logits.argmax(-1).tolist()
+        return self.objective.decode(logits, feature)
 
     # --- harness steps (evaluation); objectives implement them, custom tasks override ----------------------
     def data_path(self, path: Optional[str]) -> str:
@@ -210,49 +202,31 @@ class Task:
 
     def load_model(self, checkpoint: str, tokenizer: Optional[str] = None, device=None):
         """``(run config, runner)``; the runner is what :meth:`build`/:meth:`run` receive."""
-        return _objective(self).load_model(self, checkpoint, tokenizer, device)
+        return self.objective.load_model(self, checkpoint, tokenizer, device)
 
     def build(self, examples: list[dict], runner) -> list:
         self.examples = examples
-        self.items = _objective(self).build(self, examples, runner)
+        self.items = self.objective.build(self, examples, runner)
         return self.items
 
     def run(self, runner, items: Sequence) -> list:
-        return _objective(self).run(self, runner, items)
+        return self.objective.run(self, runner, items)
 
     def aggregate(self, results: list) -> dict[str, float]:
-        if self.objective in ENCODER_OBJECTIVES:
+        if self.objective.pools:
             results = self.predictions(results, self.items, self.examples)
         return self.metrics(results, self.examples)
 
     def item_records(self, results: list) -> list[dict]:
         """Harness step beside :meth:`aggregate`: the :meth:`records` of ``run``'s results in item order
         (encoder objectives pool them into per-example predictions first, as :meth:`aggregate` does)."""
-        if self.objective in ENCODER_OBJECTIVES:
+        if self.objective.pools:
             results = self.predictions(results, self.items, self.examples)
-        return self.records(results, self.examples)
+        return self.objective.finish_records(self.records(results, self.examples))
 
     def describe(self) -> dict:
         """What results.json records about the task besides its metrics."""
-        return {"name": self.name, "objective": self.objective, "options": dict(self.opts)}
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else float("nan")
-
-
-def _objective(task: Task):
-    """The module that implements the harness steps for ``task.objective`` (imported on use: each pulls in
-    its own model code)."""
-    if task.objective in ENCODER_OBJECTIVES:
-        from . import encoder_objective
-        return encoder_objective
-    if task.objective == "generative":
-        from . import generative_objective
-        return generative_objective
-    raise NotImplementedError(f"task '{task.name}' (objective '{task.objective}') must implement "
-                              f"load_model/build/run itself")
+        return {"name": self.name, "objective": self.objective.name, "options": dict(self.opts)}
 
 
 # --------------------------------------------------------------------------------------------- options

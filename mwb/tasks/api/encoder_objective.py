@@ -31,7 +31,7 @@ class EncoderSpec(ModelSpec):
         self.missing: list[str] = []
 
     def build_chunk(self, state, stage, device, dtype):
-        model = build_task_model(self.cfg.model, state, self.vocab_size, self.task.objective, self.task.num_labels,
+        model = build_task_model(self.cfg.model, state, self.vocab_size, self.task.objective.name, self.task.num_labels,
                                  self.cfg.train.seed, device, dtype)
         if self.tensors is not None:
             self.missing = load_weights(model, self.tensors, self.vocab_size, self.source, encoder_only=True)
@@ -82,7 +82,7 @@ def load_model(task, checkpoint: str, tokenizer: Optional[str] = None, device=No
     from mwb.core.tokenizers import load_tokenizer
 
     cfg, vocab, tensors, tok_path = full_state(checkpoint)
-    model = build_task_model(cfg.model, single_process_state(), vocab, task.objective, task.num_labels,
+    model = build_task_model(cfg.model, single_process_state(), vocab, task.objective.name, task.num_labels,
                              cfg.train.seed, device or "cpu")
     missing = load_weights(model, tensors, vocab, checkpoint, encoder_only=False)
     if missing:

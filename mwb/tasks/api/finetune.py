@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 from typing import Optional
@@ -33,7 +32,7 @@ from mwb.core.training.trainer import Trainer
 from mwb.evaluation.predictions import write_predictions
 from mwb.evaluation.results import write_results
 
-from . import generative_objective, packing
+from . import packing
 from .evaluate import evaluate_checkpoint
 from .registry import get_task
 
@@ -69,18 +68,13 @@ def rank_main(tree: dict, job: dict) -> None:
     r = driver.start_rank(tree)
     cfg, rank, world, device, say = r.cfg, r.rank, r.world, r.device, r.say
     task = get_task(job["task"])(**job["task_opts"])
-    obj = task.training_module()
+    obj = task.objective
     tok = load_tokenizer(job["tokenizer"])
     seq = cfg.train.seq_length
     task.prepare(job["data"])
     train_ex = task.read(job["data"], task.train_split)
     dev_ex = task.read(job["data"], task.eval_split)
-    if obj is generative_objective:
-        dec = generative_objective.decoder_length(task, train_ex + dev_ex, tok, seq)
-        train_f, dev_f = (generative_objective.featurize(task, ex, tok, seq, cfg.model.arch, dec)
-                          for ex in (train_ex, dev_ex))
-    else:
-        train_f, dev_f = (obj.featurize(task, ex, tok, seq) for ex in (train_ex, dev_ex))
+    train_f, dev_f = obj.featurize(task, train_ex, dev_ex, tok, seq, cfg.model.arch)
     if cfg.train.pack:  # --pack: samples share rows, each attending only to itself (.packing)
         train_f, dev_f = packing.pack_splits(train_f, dev_f, cfg, say, job["out"] if rank == 0 else None)
     _, vocab, tensors, _ = full_state(job["checkpoint"])
@@ -95,7 +89,7 @@ def rank_main(tree: dict, job: dict) -> None:
                       extra={"task": {**job, "train_examples": len(train_ex), "dev_examples": len(dev_ex)}})
     steps_per_epoch = job["steps_per_epoch"]
     dev_steps = max(1, len(dev_f) // cfg.train.global_batch_size)
-    metric = "dev_loss" if obj is generative_objective else task.metric
+    metric = obj.dev_metric(task)
     history: list[dict] = []
     best: dict = {"value": None, "step": None}
     if start and rank == 0:  # a resumed run continues the epochs and the best checkpoint it had
@@ -110,11 +104,9 @@ def rank_main(tree: dict, job: dict) -> None:
     epoch_preds: list = []  # this epoch's dev predictions (encoder tasks): the best epoch's become its records
 
     def epoch_metrics(tr) -> dict:
-        if obj is generative_objective:  # target-token loss over ⌊dev/G⌋ global batches (at least one)
-            loss = tr.evaluate(dev_steps)
-            return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}
-        epoch_preds[:] = [obj.dev_predictions(task, tr, dev_f, dev_ex)]
-        return task.metrics(epoch_preds[0], dev_ex)
+        metrics, preds = obj.epoch_metrics(task, tr, dev_f, dev_ex, dev_steps)
+        epoch_preds[:] = [] if preds is None else [preds]
+        return metrics
 
     def after_step(tr, res, stop):
         logger.log_step(res)
@@ -141,7 +133,7 @@ def rank_main(tree: dict, job: dict) -> None:
         write_results(out, task.name, best["metrics"], checkpoint=job["checkpoint"],
                       config=dataclasses.asdict(cfg),
                       extra={"best_checkpoint": best["path"], "epochs": history, "split": task.eval_split,
-                             "objective": task.objective})
+                             "objective": task.objective.name})
 
 
 def logged_epochs(out: str, start: int) -> list[dict]:
@@ -193,14 +185,15 @@ def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) ->
         return {}
     with open(results_path) as f:
         results = json.load(f)
-    if task.objective == "generative":  # the task's own metrics on greedy generations of the best checkpoint
+    if task.objective.scored_after_training:  # the task's own metrics on greedy generations of the best checkpoint
         report = evaluate_checkpoint(task, results["best_checkpoint"], job["data"], tokenizer=job["tokenizer"])
         results["metrics"].update(report["metrics"])
         write_predictions(job["out"], report["records"])  # the greedy generations' records
         write_results(job["out"], task.name, results["metrics"], checkpoint=job["checkpoint"],
                       config=results.get("config"),
-                      extra={k: v for k, v in results.items() if k not in ("task", "metrics", "checkpoint", "config",
-                                                                          "time", "mwb", "torch")})
+                      extra={**{k: v for k, v in results.items() if k not in ("task", "metrics", "checkpoint",
+                                                                             "config", "time", "mwb", "torch")},
+                             **report["extra"]})
         for name, text in task.files().items():  # e.g. the generations, next to results.json
             atomic_write_text(os.path.join(job["out"], name), text)
     return results

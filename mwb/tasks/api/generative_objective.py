@@ -29,7 +29,7 @@ from mwb.core.tokenizers import load_tokenizer
 from mwb.core.training.model_spec import GPTSpec, PaddingMetric
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.lm import LanguageModel
-from mwb.evaluation.seq2seq import Seq2SeqModel, generate_seq2seq
+from mwb.evaluation.seq2seq import Seq2SeqModel, generate_seq2seq  # noqa: F401  (the T5 runner)
 from mwb.pretraining.t5 import T5Spec
 
 from .encoder_model import copy_available
@@ -143,13 +143,14 @@ def load_model(task, checkpoint: str, tokenizer: Optional[str] = None, device=No
 
 def build(task, examples: list[dict], runner) -> list[dict]:
     tok = runner.tokenizer
+    max_tokens = task.generation().max_tokens
     items = []
     for e in examples:
         ids = tok.encode(_texts(task, e)[0])
-        if isinstance(runner, Seq2SeqModel):  # the encoder input as in training: cut, then the end token
+        if runner.encoder_decoder:  # T5: the encoder input as in training: cut, then the end token
             ids = ids[: task.opts["seq_length"] - 1] + [runner.eod]
         else:  # GPT: a prompt longer than the context loses its beginning, as in training (gpt_sample)
-            room = max(runner.max_length - (task.opts.get("max_tokens") or 32), 1)
+            room = max(runner.max_length - max_tokens, 1)
             ids = ids[-room:]
         items.append({"prompt": ids or [runner.eod]})
     return items
@@ -158,13 +159,12 @@ def build(task, examples: list[dict], runner) -> list[dict]:
 def run(task, runner, items) -> list[str]:
     """Greedy (or, with a task's ``num_beams`` > 1, beam-search) generations through the batched generation
     path, stripped; ``first_line`` keeps the first line."""
-    params = SamplingParams(max_tokens=task.opts.get("max_tokens") or 32, temperature=0.0,
-                            stop=("\n",) if task.opts.get("first_line") else (),
-                            num_beams=task.opts.get("num_beams") or 1,
-                            length_penalty=task.opts.get("length_penalty", 1.0),
-                            no_repeat_ngram_size=task.opts.get("no_repeat_ngram") or 0)
-    prompts, batch = [it["prompt"] for it in items], task.opts.get("batch_size") or 16
-    if isinstance(runner, Seq2SeqModel):
+    g = task.generation()
+    params = SamplingParams(max_tokens=g.max_tokens, temperature=0.0, stop=("\n",) if g.first_line else (),
+                            num_beams=g.num_beams, length_penalty=g.length_penalty,
+                            no_repeat_ngram_size=g.no_repeat_ngram)
+    prompts, batch = [it["prompt"] for it in items], g.batch_size
+    if runner.encoder_decoder:
         gens = generate_seq2seq(runner, runner.tokenizer, prompts, params, batch_size=batch)
     else:
         gens = generate(runner, prompts, params, batch_size=batch)

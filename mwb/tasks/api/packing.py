@@ -32,7 +32,7 @@ from . import generative_objective
 
 def check(task, cfg: RunConfig) -> None:
     """A ConfigError unless ``--pack`` applies: a generative task, a GPT, no context parallelism."""
-    if task.objective != "generative":
+    if not task.objective.packs:
         raise ConfigError(f"--pack packs the samples of generative fine-tuning; task '{task.name}' is "
                           f"{task.objective}")
     if cfg.model.arch != "gpt":

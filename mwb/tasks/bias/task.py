@@ -21,6 +21,7 @@ from mwb.evaluation.loading import load_language_model
 from ..api.base import Option, Task
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import CUSTOM
 from .data import BUNDLED, read_examples
 from .label_scoring import LabelScorer
 from .prompts import (CONTENT_FREE, PromptFormat, calibrate, label_probs, read_instruction, select_shots,
@@ -30,7 +31,7 @@ from .prompts import (CONTENT_FREE, PromptFormat, calibrate, label_probs, read_i
 @register("bias", "sbic")
 class BiasTask(Task):
     description = "few-shot instruction prompts for offensive-post detection: label-word log-likelihood, calibration"
-    objective = "custom"
+    objective = CUSTOM
     default_data = BUNDLED
     eval_split = "test"
     options = {

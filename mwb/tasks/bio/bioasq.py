@@ -25,6 +25,7 @@ from ..api.base import Option, Task
 from ..api.formats.splits import split_file
 from ..api.formats.squad_json import read_squad_json
 from ..api.registry import register
+from ..api.objectives import SPAN
 from .bioasq_metrics import factoid_scores, pool_answers, question_scores, read_golden
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "bioasq_sample")
@@ -48,7 +49,7 @@ def read_snippets(path: str) -> list[dict]:
 @register("bioasq")
 class BioASQ(Task):
     description = "BioASQ factoid QA (BioBERT layout, SQuAD JSON per snippet): n-best pooling, SAcc/LAcc/MRR"
-    objective = "span"
+    objective = SPAN
     metric = "mrr"
     default_data = SAMPLE
     options = {**Task.options,

@@ -25,6 +25,7 @@ from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import CLASSIFICATION
 from .classification_metrics import micro_prf, prf_counts
 
 LABELS = ("false", "CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9")
@@ -59,7 +60,7 @@ def read_blue_tsv(path: str, labels=LABELS) -> list[dict]:
 @register("chemprot")
 class ChemProt(Task):
     description = "ChemProt relation extraction (BLUE layout): 6-way classification, micro F1 over CPR:3/4/5/6/9"
-    objective = "classification"
+    objective = CLASSIFICATION
     num_labels = len(LABELS)
     metric = "f1"
     default_data = SAMPLE

@@ -30,6 +30,7 @@ from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file as find_split
 from ..api.registry import register
 from ..api.spec import Finetuning, Start
+from ..api.objectives import TOKEN_CLASSIFICATION
 from .ner_metrics import entity_counts, entity_scores, split_tag
 from .wnut16 import resolve
 
@@ -104,7 +105,7 @@ def word_inputs(words: list[str], labels: list[int], tokenizer, seq_length: int)
 @register("ner")
 class NER(Task):
     description = "biomedical NER (BioBERT layout token<TAB>label): first-sub-token tagging, conlleval entity F1"
-    objective = "token_classification"
+    objective = TOKEN_CLASSIFICATION
     metric = "f1"
     default_data = SILVER
     # no --checkpoint: minilm-l6 when installed; else a tiny BERT pretrained on real PubMed abstracts with the

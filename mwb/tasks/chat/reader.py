@@ -21,7 +21,7 @@ from typing import Iterator
 from mwb.core.errors import DataError
 from mwb.evaluation.chat_format import message_text
 from mwb.evaluation.predictions import item_id
-from mwb.evaluation.records import load_records
+from mwb.evaluation.task_data import load_records
 
 from ..api.formats.checks import jsonl_rows, read_json
 from ..api.formats.splits import split_file, with_extensions

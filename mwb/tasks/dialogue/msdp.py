@@ -30,6 +30,7 @@ from mwb.retrieval.qa_system import minilm_dir
 from ..api.base import Option, Task
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import CUSTOM
 from . import msdp_prompts as mp
 from .data import read_wow, wow_file
 from .metrics import knowledge_f1, unigram_f1
@@ -58,7 +59,7 @@ class Prompter:
 @register("msdp")
 class MSDP(Task):
     description = "multi-stage dialogue prompting (knowledge, then response) on Wizard of Wikipedia: F1 / KF1"
-    objective = "custom"
+    objective = CUSTOM
     default_data = SAMPLE
     eval_split = "seen"
     options = {"split": Option(str, "seen", "seen (test_random_split.json) or unseen (test_topic_split.json)."),

@@ -32,7 +32,7 @@ def split_results(results: list) -> tuple[list[str], object]:
 def attach_reply_ids(items: list[dict], pairs: list[dict], lm) -> None:
     """Give each generation item its prompt's and gold reply's ids (``pairs``: the task's ``inputs`` per item),
     the reply closed by end-of-document when the tokenizer has one."""
-    if not hasattr(lm, "token_logprobs"):
+    if lm.encoder_decoder:
         raise ConfigError("--reply-ppl scores the gold replies with a GPT; this checkpoint is not one")
     eod = [lm.eod] if lm.eod is not None else []
     for it, x in zip(items, pairs):

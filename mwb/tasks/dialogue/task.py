@@ -25,6 +25,7 @@ from mwb.core.errors import DataError
 from ..api import base
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import GENERATIVE
 from . import data as dd
 from . import examples as ex
 from .knowledge_sources import knowledge_path
@@ -35,7 +36,7 @@ from .reply_ppl import attach_reply_ids, reply_ppl_metrics, score_replies, split
 @register("dialogue")
 class Dialogue(base.Task):
     description = "dialogue: context → next turn (chitchat / Wizard of Wikipedia), --actors | --knowledge; F1, KF1"
-    objective = "generative"
+    objective = GENERATIVE
     metric = "f1"
     options = {**base.Task.options,
                "actors": base.Option(bool, False, "Condition on reference utterances of the responding actor."),

@@ -18,6 +18,7 @@ from mwb.evaluation.metrics import accuracy
 from ..api.base import Option, Task, pair_inputs
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import CLASSIFICATION, REGRESSION
 from .data import LAYOUTS, layout, read_glue, split_file, write_submission
 from .metrics import binary_f1, matthews_corrcoef, pearson, spearman
 
@@ -37,7 +38,7 @@ def glue_metrics(name: str, preds: list, labels: list) -> dict[str, float]:
 @register("glue")
 class Glue(Task):
     description = "GLUE: MNLI, QQP, SST-2, QNLI, RTE, MRPC, CoLA (classification) and STS-B (regression)"
-    objective = "classification"
+    objective = CLASSIFICATION
     options = {
         **Task.options,
         "task": Option(str, "mnli", choices=tuple(LAYOUTS), help=f"Which GLUE task: {'|'.join(LAYOUTS)}."),
@@ -48,8 +49,8 @@ class Glue(Task):
     def __init__(self, **opts) -> None:
         super().__init__(**opts)
         self.layout = layout(self.opts["task"])
-        regression = self.layout.labels is None
-        self.objective = "regression" if regression else "classification"
+        self.regression = regression = self.layout.labels is None
+        self.objective = REGRESSION if regression else CLASSIFICATION
         self.num_labels = 1 if regression else len(self.layout.labels)
         self.metric = self.layout.metrics[0]
 
@@ -70,7 +71,7 @@ class Glue(Task):
         segments = [tokenizer.encode(t) for t in example["text"]]
         out = pair_inputs(segments[0], segments[1] if len(segments) > 1 else None, tokenizer, seq_length)
         label = example["label"]
-        if self.objective == "regression":
+        if self.regression:
             out["label"] = np.array(np.nan if label is None else label, dtype=np.float32)
         else:
             out["label"] = np.array(-100 if label is None else label, dtype=np.int64)
@@ -91,8 +92,8 @@ class Glue(Task):
         ids = example_ids(examples, key="index")
         out = []
         for i, p, e in zip(ids, preds, examples):
-            rec = {"id": i, "prediction": float(p) if self.objective == "regression" else int(p), "gold": e["label"]}
-            if e["label"] is not None and self.objective != "regression":
+            rec = {"id": i, "prediction": float(p) if self.regression else int(p), "gold": e["label"]}
+            if e["label"] is not None and not self.regression:
                 rec["accuracy"] = int(p == e["label"])
                 if self.opts["task"] in ("qqp", "mrpc"):
                     hit_p, hit_g = p == 1, e["label"] == 1

@@ -12,10 +12,11 @@ from mwb.core.config import ConfigError
 from mwb.evaluation.loading import load_language_model
 
 from ..api.base import Option, Task
+from ..api.objectives import CUSTOM
 
 
 class LMTask(Task):
-    objective = "custom"
+    objective = CUSTOM
     options = {
         "seq_length": Option(int, None, low=1,
                              help="Tokens of context per forward pass (default: the model's maximum)."),

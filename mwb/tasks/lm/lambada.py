@@ -16,7 +16,7 @@ import torch
 
 from mwb.core.errors import DataError
 from mwb.evaluation.metrics import perplexity
-from mwb.evaluation.records import load_records
+from mwb.evaluation.task_data import load_records
 from mwb.evaluation.windows import batches, padded
 
 from ..api.base import Option

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from mwb.core.errors import DataError
 from mwb.evaluation.detokenizers import detokenizer_for
 from mwb.evaluation.metrics import perplexity, word_perplexity
-from mwb.evaluation.records import read_text
+from mwb.evaluation.task_data import read_text
 from mwb.evaluation.windows import rolling_windows, window_nll
 
 from ..api.base import Option

@@ -41,6 +41,7 @@ from ..api.base import Option, Task
 from ..api.spec import Finetuning, Start
 from ..api.records import unique
 from ..api.registry import register
+from ..api.objectives import CUSTOM
 
 SPLITS = ("train", "dev", "all")
 READER_START = {"extractive": Start("bert", named="minilm-l6"), "fid": Start("t5"),
@@ -51,7 +52,7 @@ PASSAGES = ("bm25", "random")
 @register("qa-reader")
 class QAReader(Task):
     description = "open-domain QA reader (extractive BERT, T5 FiD or causal LM) on BM25 passages: SQuAD EM/F1"
-    objective = "custom"
+    objective = CUSTOM
     metric = "exact_match"
     default_data = BUNDLED_REAL_QUESTIONS
     # the readers' own featurising, spec and dev predictions; one epoch without --epochs: three took 648 s on 2

@@ -32,12 +32,13 @@ from mwb.retrieval.inputs import BUNDLED_REAL_QUESTIONS, read_questions
 from ..api.base import Option, Task
 from ..api.records import unique
 from ..api.registry import register
+from ..api.objectives import CUSTOM
 
 
 @register("qa", "odqa")
 class QATask(Task):
     description = "open-domain QA retrieval: DPR (dense, faiss) and BM25 top-k accuracy on NQ-open style questions"
-    objective = "custom"
+    objective = CUSTOM
     default_data = BUNDLED_REAL_QUESTIONS  # the real DPR questions the bundled evidence can answer
     options = {
         "retriever": Option(str, None, "dpr, bm25 or random (a control) (default: dpr and bm25, side by side)"),

@@ -16,13 +16,14 @@ import numpy as np
 
 from mwb.core.errors import DataError
 
-from mwb.evaluation.records import load_records
+from mwb.evaluation.task_data import load_records
 
 from ..api.base import Task, pair_inputs
 from ..api.formats.checks import read_json, shown, text
 from ..api.formats.splits import find_file, with_extensions
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import MULTIPLE_CHOICE
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "race_sample")
 LETTERS = "ABCD"
@@ -87,7 +88,7 @@ def option_text(question: str, option: str) -> str:
 @register("race")
 class Race(Task):
     description = "RACE reading comprehension: 4-way multiple choice, accuracy (middle, high, all)"
-    objective = "multiple_choice"
+    objective = MULTIPLE_CHOICE
     num_labels = 4
     metric = "accuracy"
     default_data = SAMPLE

@@ -18,13 +18,14 @@ from mwb.evaluation.squad_metrics import best_null_threshold, em_f1, squad_v2_sc
 from ..api.base import Option, Task
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import SPAN
 from .data import FILES, Windowing, best_span, read_squad, squad_file, windows
 
 
 @register("squad")
 class Squad(Task):
     description = "SQuAD 1.1 / 2.0 extractive QA: doc-stride windows, n-best spans, EM/F1 (v2.0: null threshold)"
-    objective = "span"
+    objective = SPAN
     metric = "f1"
     options = {
         **Task.options,

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 
 from mwb.core.errors import DataError
-from mwb.evaluation.records import load_records
+from mwb.evaluation.task_data import load_records
 
 from ..api.base import Option, Task
 from ..api.formats.checks import strings, text
 from ..api.registry import register
+from ..api.objectives import GENERATIVE
 
 
 def generator_prompt(context: str, knowledge: list[str] = None) -> str:
@@ -27,7 +28,7 @@ def generator_prompt(context: str, knowledge: list[str] = None) -> str:
 @register("story-generator")
 class StoryGenerator(Task):
     description = "MEGATRON-CNTRL generator: ranked knowledge + story so far → next sentence (GPT)"
-    objective = "generative"
+    objective = GENERATIVE
     metric = "dev_loss"
     options = {**Task.options,
                "max_tokens": Option(int, 40, low=1, help="Longest generated sentence, in tokens."),

@@ -13,6 +13,7 @@ from ..api.base import Option, Task
 from ..api.formats.checks import nonempty
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import GENERATIVE
 from .data import read_stories
 from .keywords import format_keywords, parse_keywords, sentence_keywords
 
@@ -33,7 +34,7 @@ def keyword_prompt(context: str) -> str:
 @register("story-keywords")
 class StoryKeywords(Task):
     description = "MEGATRON-CNTRL keyword predictor: story so far → next sentence's RAKE keywords (GPT)"
-    objective = "generative"
+    objective = GENERATIVE
     metric = "dev_loss"
     options = {**Task.options,
                "max_tokens": Option(int, 12, low=1, help="Longest generated keyword list, in tokens."),

@@ -32,6 +32,7 @@ from mwb.core.config import ConfigError
 
 from ..api.base import Option, Task
 from ..api.registry import register
+from ..api.objectives import CUSTOM
 from .control import control_keywords, inclusion_share
 from .data import read_stories
 from .metrics import has_repeat, repeat_n, story_distinct, words
@@ -44,7 +45,7 @@ WRITES = {"both": ("free", "controlled"), "without": ("free",), "with": ("contro
 @register("story")
 class StoryEval(Task):
     description = "MEGATRON-CNTRL stories: PPL, distinct-4, repeat-4, keyword inclusion with/without control"
-    objective = "custom"
+    objective = CUSTOM
     eval_split = "test"
     options = {**Task.options,
                "stories": Option(int, 100, low=0, help="Evaluate the first N stories of the split (0: all)."),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..api.base import Option, Task
 from ..api.formats.checks import nonempty
 from ..api.registry import register
+from ..api.objectives import GENERATIVE
 from ..squad.data import read_squad, squad_file
 from .answers import sentence_of
 from .questions import qg_prompt
@@ -20,7 +21,7 @@ from .questions import qg_prompt
 @register("question-generation", "qg")
 class QuestionGeneration(Task):
     description = "question generation from (passage, answer) on SQuAD JSON: the synthetic-QA generator"
-    objective = "generative"
+    objective = GENERATIVE
     options = {
         **Task.options,
         "context": Option(str, "passage", choices=("passage", "sentence"),

@@ -17,6 +17,7 @@ import os
 from ..api.base import Option, Task
 from ..api.formats.prompt_target import read_pairs, to_pair
 from ..api.registry import register
+from ..api.objectives import GENERATIVE
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "prompt_target")
 
@@ -24,7 +25,7 @@ SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "prompt_target")
 @register("prompt-target", "instruct")
 class PromptTarget(Task):
     description = "generative fine-tuning on prompt → target pairs (GPT or T5), exact match / F1 of generations"
-    objective = "generative"
+    objective = GENERATIVE
     metric = "exact_match"
     default_data = SAMPLE
     options = {**Task.options,

@@ -19,6 +19,7 @@ from ..api.base import Option, Task
 from ..api.formats.prompt_target import field_pair, read_pairs
 from ..api.records import example_ids
 from ..api.registry import register
+from ..api.objectives import GENERATIVE
 
 FIELDS = (("article", "highlights"), ("document", "summary"), ("source", "target"))
 SENTENCE_END = re.compile(r"(?<=[a-z0-9%)\"'][.!?])\s+(?=[A-Z0-9\"'])")  # not after "U.S." initials
@@ -41,7 +42,7 @@ def to_pair(row: dict, where: str) -> dict:
 @register("summarize")
 class Summarize(Task):
     description = "summarization (CNN/DM, XSum or source/target files) with T5 or GPT, ROUGE-1/2/L F"
-    objective = "generative"
+    objective = GENERATIVE
     metric = "rougeL"
     options = {**Task.options,
                "max_tokens": Option(int, 64, low=1, help="Longest generated summary, in tokens."),

@@ -12,6 +12,7 @@ from mwb.core.config import ConfigError, update
 from mwb.tasks.api import encoder_objective, registry, setup
 from mwb.tasks.api.base import Task, single_inputs
 from mwb.tasks.api.spec import ENCODER_START, GENERATIVE_START, Finetuning, Start
+from mwb.tasks.api.objectives import CLASSIFICATION, GENERATIVE
 from tests.helpers.checkpoints import tiny_checkpoint
 
 CALLS: list[str] = []
@@ -35,7 +36,7 @@ def _recording_module() -> types.ModuleType:
 class Declared(Task):
     name = "declared-test"
     description = "a two-class task that declares its training module, start, epochs and config"
-    objective = "classification"
+    objective = CLASSIFICATION
     finetuning = Finetuning(training=_recording_module(), start=Start("bert", data="pubmed", steps=7), epochs=2,
                             config={"optim": {"lr": 3e-3}, "train": {"seq_length": 32, "global_batch_size": 8}})
 
@@ -52,10 +53,10 @@ class Declared(Task):
 
 def test_defaults_of_the_declared_methods():
     class Plain(Task):
-        objective = "classification"
+        objective = CLASSIFICATION
 
     class Gen(Task):
-        objective = "generative"
+        objective = GENERATIVE
 
     assert Plain().training_module() is encoder_objective and Plain().arches() == ("bert",)
     assert Plain().start() == ENCODER_START and ENCODER_START.named == "minilm-l6"

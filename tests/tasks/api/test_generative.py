@@ -116,7 +116,17 @@ def test_t5_finetune_tp2_matches_one_process(tmp_path):
     assert len(a) == len(b) == 4 and a[-1] < a[0]
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5
     res = json.load(open(os.path.join(one, "results.json")))
-    assert {"exact_match", "f1", "dev_loss"} <= set(res["metrics"])
+    from mwb.evaluation.metrics import squad_exact_match, squad_f1
+    from mwb.evaluation.predictions import read_predictions
+    recs = read_predictions(one)  # the best checkpoint's greedy generations, one record per dev item
+    assert res["metrics"]["exact_match"] == pytest.approx(
+        np.mean([squad_exact_match(r["prediction"], r["gold"]) for r in recs]), abs=1e-12)
+    assert res["metrics"]["f1"] == pytest.approx(np.mean([squad_f1(r["prediction"], r["gold"]) for r in recs]),
+                                                 abs=1e-12)
+    best = min(res["epochs"], key=lambda e: e["dev_loss"])  # the best epoch is the lowest dev loss
+    assert res["metrics"]["dev_loss"] == best["dev_loss"] and res["best_checkpoint"].endswith(f"step_{best['step']}")
+    assert res["empty_outputs"] == sum(not r["prediction"].strip() for r in recs)
+    assert [r["empty"] for r in recs] == [not r["prediction"].strip() for r in recs]
 
 
 @pytest.mark.multiprocess

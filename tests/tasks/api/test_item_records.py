@@ -14,6 +14,7 @@ from mwb.evaluation.predictions import aggregate, read_predictions
 from mwb.tasks.api.encoder_model import build_task_model
 from mwb.tasks.api.encoder_objective import EncoderRunner
 from mwb.tasks.api.registry import get_task, list_tasks
+from mwb.tasks.api.objectives import CLASSIFICATION, ENCODER_OBJECTIVES, GENERATIVE
 from tests.helpers.checkpoints import TOKENIZER, tiny_checkpoint
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs
@@ -47,11 +48,11 @@ def checkpoints(tmp_path_factory):
 def runner_for(task, checkpoints):
     """The model a task's harness steps take: a tiny GPT (generative, LM, prompt tasks), a tiny BERT with a
     freshly initialised head (encoder tasks), or the task's own (qa: BM25, no model)."""
-    if task.objective in ("classification", "regression", "multiple_choice", "token_classification", "span"):
+    if task.objective in ENCODER_OBJECTIVES:
         from mwb.core.compose import full_state
         task.prepare(task.data_path(None))
         cfg, vocab, _, _ = full_state(checkpoints["bert"])
-        model = build_task_model(cfg.model, single_process_state(), vocab, task.objective, task.num_labels, 3, "cpu")
+        model = build_task_model(cfg.model, single_process_state(), vocab, task.objective.name, task.num_labels, 3, "cpu")
         return EncoderRunner(model.eval(), load_tokenizer(TOKENIZER), 64, 4)
     _, runner = task.load_model(None if task.name == "qa" else checkpoints["gpt"])
     if task.opts.get("seq_length", 0) is None and "seq_length" in task.options:
@@ -88,10 +89,10 @@ def test_default_records_per_objective():
     from mwb.tasks.api.base import Task
 
     class Clf(Task):
-        objective = "classification"
+        objective = CLASSIFICATION
 
     class Gen(Task):
-        objective = "generative"
+        objective = GENERATIVE
 
         def inputs(self, example, tokenizer, seq_length):
             return {"prompt": example["q"], "target": example["a"]}

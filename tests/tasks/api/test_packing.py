@@ -13,6 +13,7 @@ from mwb.core.config import ConfigError, RunConfig, update
 from mwb.core.data.packing import PAD_DOCUMENT
 from mwb.tasks.api import packing
 from mwb.tasks.text.prompt_target import PromptTarget
+from mwb.tasks.api.objectives import CLASSIFICATION
 from tests.helpers.checkpoints import tiny_checkpoint
 
 
@@ -50,7 +51,7 @@ def test_pack_is_refused_where_it_does_not_apply():
     gpt = update(RunConfig(), {"model": {"arch": "gpt"}})
 
     class Encoder:
-        name, objective = "rte", "classification"
+        name, objective = "rte", CLASSIFICATION
     with pytest.raises(ConfigError, match="generative"):
         packing.check(Encoder(), gpt)
     with pytest.raises(ConfigError, match="GPT samples"):

@@ -43,7 +43,11 @@ def test_actor_references_come_from_other_conversations(tmp_path):
     opts = dict(held_out_actors=0.0, min_conversations=2, train_examples=0, eval_examples=0)
     with_refs = get_task("dialogue")(actors=True, references=2, **opts)
     train = with_refs.read(path, "train")
-    assert len(train) > 100
+    from mwb.tasks.dialogue.data import read_chitchat, split_conversations
+    parts = split_conversations(read_chitchat(path))  # the same hash split, computed here
+    # every conversation has 4 turns: its 3 replies after the first turn are the examples
+    assert len(train) == 3 * len(parts["train"]) == 216
+    assert sorted(e["conversation"] for e in train) == sorted(c["id"] for c in parts["train"] for _ in range(3))
     for e in train[:40]:
         lines = e["prompt"].splitlines()
         assert lines[0] == "Reference utterances of B:" and lines[3] == "Conversation:" and lines[-1] == "B:"
@@ -54,7 +58,9 @@ def test_actor_references_come_from_other_conversations(tmp_path):
     plain = get_task("dialogue")(actors=True, references=0, **opts).read(path, "train")
     assert [e["target"] for e in plain] == [e["target"] for e in train]  # the same examples, no references
     assert plain[0]["prompt"].startswith("Conversation:\n")
-    assert get_task("dialogue")(**opts).read(path, "dev")  # a non-empty dev split of held-out conversations
+    dev = get_task("dialogue")(**opts).read(path, "dev")  # the dev split's conversations, none of train's
+    assert sorted(e["conversation"] for e in dev) == sorted(c["id"] for c in parts["dev"] for _ in range(3))
+    assert len(dev) == 6
 
 
 def test_knowledge_is_retrieved_and_is_the_kf1_reference(tmp_path):

@@ -12,6 +12,7 @@ from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.tasks.glue.task import Glue, glue_metrics
 from mwb.tasks.glue.data import read_glue
+from mwb.tasks.api.objectives import REGRESSION
 from tests.helpers.cli import run_cli
 from tests.tasks.glue.helpers import write_easy_stsb, write_mnli, write_tsv
 from tests.tasks.encoder_helpers import TOKENIZER, tiny_bert_checkpoint
@@ -78,13 +79,18 @@ def test_inputs_single_and_pair():
 
 
 def test_metrics_per_task_and_submission(tmp_path):
-    assert set(glue_metrics("qqp", [1, 0], [1, 1])) == {"accuracy", "f1"}
-    assert set(glue_metrics("cola", [1, 0], [1, 1])) == {"accuracy", "matthews"}
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+    preds, golds = [1, 0, 1, 1, 0, 0, 1], [1, 1, 0, 1, 0, 1, 1]
+    qqp, cola = glue_metrics("qqp", preds, golds), glue_metrics("cola", preds, golds)
+    assert list(qqp) == ["accuracy", "f1"] and list(cola) == ["accuracy", "matthews"]
+    assert qqp["accuracy"] == cola["accuracy"] == pytest.approx(accuracy_score(golds, preds), abs=1e-12)
+    assert qqp["f1"] == pytest.approx(f1_score(golds, preds, pos_label=1), abs=1e-12)
+    assert cola["matthews"] == pytest.approx(matthews_corrcoef(golds, preds), abs=1e-12)
     assert glue_metrics("stsb", [1.0, 2.0, 3.0], [2.0, 4.0, 6.5])["spearman"] == pytest.approx(1.0)
     task = Glue(task="qnli", submission=str(tmp_path / "sub" / "QNLI.tsv"))
     assert task.metrics([1, 0], [{"index": "4", "label": None}, {"index": "9", "label": None}]) == {"count": 2}
     assert (tmp_path / "sub" / "QNLI.tsv").read_text() == "index\tprediction\n4\tnot_entailment\n9\tentailment\n"
-    assert Glue(task="cola").metric == "matthews" and Glue(task="stsb").objective == "regression"
+    assert Glue(task="cola").metric == "matthews" and Glue(task="stsb").objective is REGRESSION
     with pytest.raises(ConfigError, match="--task must be one of mnli.*got 'wnli'"):
         Glue(task="wnli")
 
@@ -120,7 +126,13 @@ def test_stsb_finetune_learns_and_eval_reproduces_and_writes_submission(tmp_path
     _mwb(capsys, "finetune", "glue", "--task", "stsb", "--checkpoint", ckpt, "--data", data, "--epochs", "4",
          "--lr", "1e-2", "--global-batch-size", "8", "--micro-batch-size", "8", "--keep-last", "1", "--out", out)
     res = json.load(open(os.path.join(out, "results.json")))
-    assert res["metrics"]["pearson"] > 0.5 and -1 <= res["metrics"]["spearman"] <= 1
+    assert res["metrics"]["pearson"] > 0.5
+    from scipy.stats import pearsonr, spearmanr
+    with open(os.path.join(out, "predictions.jsonl")) as f:  # the best epoch's dev predictions
+        recs = [json.loads(line) for line in f]
+    pred, gold = [r["prediction"] for r in recs], [r["gold"] for r in recs]
+    assert res["metrics"]["spearman"] == pytest.approx(spearmanr(pred, gold).statistic, abs=1e-9)
+    assert res["metrics"]["pearson"] == pytest.approx(pearsonr(pred, gold).statistic, abs=1e-9)
     ckpts = os.path.join(out, "checkpoints")  # --keep-last 1: the newest epoch and the best survive
     left = sorted(n for n in os.listdir(ckpts) if n.startswith("step_"))
     best, latest = (open(os.path.join(ckpts, n)).read().strip() for n in ("best", "latest"))

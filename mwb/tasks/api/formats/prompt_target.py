@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from mwb.core.errors import DataError
-from mwb.evaluation.records import load_records
+from mwb.evaluation.task_data import load_records
 
 from .checks import nonempty, text
 from .splits import split_file, with_extensions
