@@ -81,7 +81,7 @@ def finetune_story(checkpoint, data, conceptnet, train_stories, dev_stories, top
 def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conceptnet, as_json):
     from mwb.core.config import ConfigError
     from mwb.tasks.story.keywords import parse_control
-    from mwb.tasks.story.writer import WriteConfig, StoryWriter
+    from mwb.tasks.story.writer import SENTENCES, StoryWriter, WriteConfig
 
     from mwb.core.training.run_dir import latest_run
 
@@ -94,7 +94,8 @@ def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conce
     control = [parse_control(k) for k in keywords] + [parse_control("") for _ in firsts[len(keywords):]]
     writer = StoryWriter(checkpoint, conceptnet=conceptnet)
     cfg = WriteConfig(temperature=temperature, top_k=top_k, seed=seed)
-    for story in writer.write(firsts, control, cfg):
+    stories = writer.write(firsts, control, cfg)
+    for story in stories:
         if as_json:
             click.echo(json.dumps(story))
             continue
@@ -104,5 +105,10 @@ def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conce
             click.echo(f"  keywords ({how}): {', '.join(step['keywords']) or '-'}")
             for k in step["knowledge"]:
                 click.echo(f"  knowledge: {k}")
-            click.echo(sent)
+            click.echo(sent + ("  [truncated at the length limit]" if step["truncated"] else ""))
         click.echo("-" * 40)
+    empty = sum(s["empty_sentences"] for s in stories)
+    if empty:  # printed above for the record, but an empty sentence is a failed story
+        from mwb.core.errors import MwbError
+        raise MwbError(f"{empty} of {(SENTENCES - 1) * len(stories)} generated sentences have no words (the "
+                       f"prompt left the model no room): shorten the first sentence or train a longer --seq-length")
