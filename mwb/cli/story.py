@@ -15,12 +15,14 @@ from .options import build_config, default_out, training_options
 
 @click.command(name="story", help="MEGATRON-CNTRL: train the keyword predictor, the knowledge ranker (MiniLM, "
                                   "weak labels) and the knowledge-conditioned generator on ROCStories. With no "
-                                  "arguments (sized to finish within 10 minutes on 2 cores): 200 of the stories in "
+                                  "arguments (sized to finish within 10 minutes on 2 cores): the stories in "
                                   "ConceptNet 5.7.0's sdist and WordNet knowledge (both fetched from PyPI on first "
                                   "use, unless MWB_OFFLINE or HF_HUB_OFFLINE is set), the ranker trained 20 "
-                                  "steps, and the newest `mwb pretrain gpt` run (a tiny one is trained first if "
-                                  "there is none). A larger run: a real GPT "
-                                  "(--checkpoint smollm2-135m or a longer `mwb pretrain gpt`), --train-stories 0 "
+                                  "steps, and SmolLM2-135M with LoRA (32 stories, one epoch per part) when the "
+                                  "models extra is installed, else the newest `mwb pretrain gpt` run (a tiny one "
+                                  "is trained first if there is none; 200 stories). A larger run: "
+                                  "--checkpoint smollm2-135m (full fine-tuning) or a longer `mwb pretrain gpt`, "
+                                  "--train-stories 0 "
                                   "(every story of the train split), --ranker-steps 200, --generator-epochs 3 "
                                   "— hours on a CPU; see docs/story.md.")
 @training_options
@@ -28,16 +30,18 @@ from .options import build_config, default_out, training_options
 @click.option("--data", default=None, type=click.Path(), help="ROCStories CSV / Story Cloze TSV file or directory.")
 @click.option("--conceptnet", default=None, type=click.Path(exists=True, dir_okay=False),
               help="ConceptNet assertions CSV (5 tab-separated columns) instead of WordNet.")
-@click.option("--train-stories", type=click.IntRange(min=0), default=200, show_default=True,
-              help="Training stories used (0: all of the train split).")
+@click.option("--train-stories", type=click.IntRange(min=0), default=None,
+              help="Training stories used (0: all of the train split; default 200 from the tiny GPT, 32 from "
+                   "SmolLM2-135M).")
 @click.option("--dev-stories", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--top-n", type=click.IntRange(min=1), default=3, show_default=True, help="Knowledge sentences kept.")
 @click.option("--knowledge/--no-knowledge", default=True, show_default=True,
               help="--no-knowledge trains the generator without knowledge (the ablation).")
 @click.option("--delexicalize", is_flag=True, help="Replace character names by [NAME1], [NAME2], …")
 @click.option("--ranker-steps", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--generator-epochs", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--keyword-epochs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--generator-epochs", type=click.IntRange(min=1), default=None,
+              help="Default 2 from the tiny GPT, 1 from SmolLM2-135M.")
+@click.option("--keyword-epochs", type=click.IntRange(min=1), default=None, help="Default 1.")
 def finetune_story(checkpoint, data, conceptnet, train_stories, dev_stories, top_n, knowledge, delexicalize,
                    ranker_steps, generator_epochs, keyword_epochs, **kw):
     import dataclasses
@@ -81,7 +85,7 @@ def finetune_story(checkpoint, data, conceptnet, train_stories, dev_stories, top
 def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conceptnet, as_json):
     from mwb.core.config import ConfigError
     from mwb.tasks.story.keywords import parse_control
-    from mwb.tasks.story.writer import WriteConfig, StoryWriter
+    from mwb.tasks.story.writer import SENTENCES, StoryWriter, WriteConfig
 
     from mwb.core.training.run_dir import latest_run
 
@@ -94,7 +98,8 @@ def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conce
     control = [parse_control(k) for k in keywords] + [parse_control("") for _ in firsts[len(keywords):]]
     writer = StoryWriter(checkpoint, conceptnet=conceptnet)
     cfg = WriteConfig(temperature=temperature, top_k=top_k, seed=seed)
-    for story in writer.write(firsts, control, cfg):
+    stories = writer.write(firsts, control, cfg)
+    for story in stories:
         if as_json:
             click.echo(json.dumps(story))
             continue
@@ -104,5 +109,10 @@ def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conce
             click.echo(f"  keywords ({how}): {', '.join(step['keywords']) or '-'}")
             for k in step["knowledge"]:
                 click.echo(f"  knowledge: {k}")
-            click.echo(sent)
+            click.echo(sent + ("  [truncated at the length limit]" if step["truncated"] else ""))
         click.echo("-" * 40)
+    empty = sum(s["empty_sentences"] for s in stories)
+    if empty:  # printed above for the record, but an empty sentence is a failed story
+        from mwb.core.errors import MwbError
+        raise MwbError(f"{empty} of {(SENTENCES - 1) * len(stories)} generated sentences have no words (the "
+                       f"prompt left the model no room): shorten the first sentence or train a longer --seq-length")

@@ -7,13 +7,13 @@ Modules (see docs/retrieval.md):
 ``loading``    :func:`open_source` / :func:`load_biencoder` from Hugging Face BERT dirs, mwb BERT or bi-encoder
                checkpoints; :func:`fill_biencoder` into any TP layout
 ``data``       :class:`ICTDataset`, :class:`DPRDataset`, :func:`read_dpr_json`
-``specs``      :class:`BiEncoderSpec` for the shared trainer; :func:`retrieval_metrics` (DPR's validation ranks)
+``biencoder_spec`` :class:`BiEncoderSpec` for the shared trainer; :func:`retrieval_metrics` (DPR's validation ranks)
 ``train``      the ``mwb pretrain ict`` / ``mwb finetune dpr`` flow
 ``index``      sharded, cached passage embeddings; :class:`DenseIndex` (faiss Flat/IVF/HNSW)
 ``bm25``       :class:`BM25Retriever` (bm25s)
 ``matching``   DPR's answer matching (:func:`has_answer`) and top-k accuracy
-``system``     the QA retrieval system (evidence + DPR index + BM25) that ``mwb eval qa`` (mwb/tasks/qa/) scores
-``text``       evidence / question readers and DPR-style tokenisation
+``qa_system``  the QA retrieval system (evidence + DPR index + BM25) that ``mwb eval qa`` (mwb/tasks/qa/) scores
+``inputs``     evidence / question readers and DPR-style tokenisation
 ``e2e``        joint retriever + reader training (EMDR2, individual top-k), the refreshed evidence index
 
 Names are imported lazily, so ``import mwb.retrieval`` costs nothing.

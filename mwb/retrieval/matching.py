@@ -107,6 +107,85 @@ def first_hit(answers: Sequence[str], passages: Sequence[str], mode: str = "stri
     return None
 
 
+class CorpusMatcher:
+    """:func:`first_hit` for many questions over one passage corpus, same answers, far faster: in ``string``
+    mode every passage is normalised and tokenised once, into an inverted index (token → the passages and
+    positions where it occurs); each distinct answer is then looked up once — at the postings of its rarest
+    token, comparing the passage tokens around each — giving the set of passages that contain it, cached. A
+    question's first hit is the first of its top-k rows in the union of its answers' sets. The old path
+    re-tokenised every answer for every passage and scanned every position of each passage, which made ``mwb
+    eval qa`` on 14,139 questions take minutes. In ``regex`` mode each passage is normalised once and each
+    answer compiled once per question (DPR's regex semantics, per passage)."""
+
+    def __init__(self, texts: Sequence[str], mode: str = "string") -> None:
+        if mode not in MATCH_MODES:
+            raise ValueError(f"unknown match mode '{mode}' (use {' or '.join(MATCH_MODES)})")
+        self.texts, self.mode = texts, mode
+        self._tokens: Optional[list[list[str]]] = None
+        self._postings: dict[str, list[tuple[int, int]]] = {}
+        self._rows: dict[str, frozenset] = {}  # answer text → rows containing it
+        self._by_tokens: dict[tuple, frozenset] = {}  # answer tokens → rows containing them
+        self._normalized: dict[int, str] = {}
+
+    def _index(self) -> list[list[str]]:
+        if self._tokens is None:
+            self._tokens = [simple_tokens(normalize(t)) for t in self.texts]
+            for row, toks in enumerate(self._tokens):
+                for pos, tok in enumerate(toks):
+                    self._postings.setdefault(tok, []).append((row, pos))
+        return self._tokens
+
+    def tokens(self, row: int) -> list[str]:
+        """``simple_tokens(normalize(texts[row]))``."""
+        return self._index()[row]
+
+    def rows_with(self, answer: str) -> frozenset:
+        """The corpus rows whose text contains ``answer`` (string mode; DPR's token rule), cached per answer."""
+        got = self._rows.get(answer)
+        if got is None:
+            key = tuple(simple_tokens(normalize(answer)))
+            got = self._by_tokens.get(key)
+            if got is None:
+                got = self._by_tokens[key] = self._find(key)
+            self._rows[answer] = got
+        return got
+
+    def _find(self, key: tuple) -> frozenset:
+        toks = self._index()
+        if not key:  # DPR: an empty answer matches every passage
+            return frozenset(range(len(toks)))
+        off = min(range(len(key)), key=lambda i: len(self._postings.get(key[i], ())))
+        n, want = len(key), list(key)
+        return frozenset(row for row, pos in self._postings.get(key[off], ())
+                         if pos >= off and toks[row][pos - off:pos - off + n] == want)
+
+    def _regex_hit(self, patterns: list, row: int) -> bool:
+        text = self._normalized.get(row)
+        if text is None:
+            text = self._normalized[row] = normalize(self.texts[row])
+        return any(p.search(text) is not None for p in patterns)
+
+    def first_hit(self, answers: Iterable[str], rows: Sequence[int]) -> Optional[int]:
+        """0-based rank in ``rows`` (corpus rows, best first) of the first passage holding an answer, or None."""
+        if self.mode == "regex":
+            patterns = []
+            for a in answers:
+                try:
+                    patterns.append(re.compile(normalize(a), flags=re.IGNORECASE | re.UNICODE | re.MULTILINE))
+                except (re.error, TypeError, ValueError, OverflowError, RecursionError):
+                    continue  # an invalid pattern never matches
+            hits = (rank for rank, row in enumerate(rows) if self._regex_hit(patterns, int(row)))
+            return next(hits, None)
+        holding = frozenset().union(*(self.rows_with(a) for a in answers))
+        return next((rank for rank, row in enumerate(rows) if row in holding), None)
+
+    def first_hits(self, answers: Sequence[Iterable[str]], rows) -> list[Optional[int]]:
+        """:meth:`first_hit` of question ``i``'s answers over ``rows[i]`` (negative rows — faiss's "none" —
+        skipped), for every question."""
+        rows = rows.tolist() if hasattr(rows, "tolist") else rows  # Python ints: fast set membership
+        return [self.first_hit(a, [r for r in row if r >= 0]) for a, row in zip(answers, rows)]
+
+
 def top_k_accuracy(first_hits: Sequence[Optional[int]], ks: Sequence[int]) -> dict[int, float]:
     """Fraction of questions whose first hit lies within the top k, for each k (DPR's top-k hits / n)."""
     n = max(len(first_hits), 1)

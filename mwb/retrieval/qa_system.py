@@ -21,7 +21,7 @@ import numpy as np
 
 from mwb.core.config import ConfigError, RunConfig
 
-from .matching import normalize, simple_tokens
+from .matching import CorpusMatcher, normalize, simple_tokens
 from .inputs import BUNDLED_EVIDENCE, read_evidence
 
 RETRIEVERS = ("dpr", "bm25")
@@ -91,17 +91,18 @@ def default_encoder(say: Callable[[str], None] = print) -> str:
 
 
 class QASystem:
-    """What the harness hands to ``run``: the corpus, the retrievers, and a cache of tokenised passages."""
+    """What the harness hands to ``run``: the corpus, the retrievers, and the answer matcher over the corpus
+    (passages normalised and tokenised once, :class:`~.matching.CorpusMatcher`)."""
 
     def __init__(self, evidence, match: str) -> None:
         self.evidence, self.match = evidence, match
         self.retrievers: dict = {}
-        self._tokens: dict[int, list[str]] = {}
+        self.matcher = CorpusMatcher(evidence.texts, match)
 
     def passage_tokens(self, row: int) -> list[str]:
-        if row not in self._tokens:
-            self._tokens[row] = simple_tokens(normalize(self.evidence.texts[row]))
-        return self._tokens[row]
+        if self.match == "string":
+            return self.matcher.tokens(row)
+        return simple_tokens(normalize(self.evidence.texts[row]))
 
 
 class DenseRetriever:

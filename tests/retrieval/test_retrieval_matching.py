@@ -7,6 +7,7 @@ import pytest
 
 from mwb.retrieval.matching import first_hit, has_answer, parse_ks, simple_tokens, top_k_accuracy
 from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_QUESTIONS, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
+from tests.helpers.needs import needs
 
 
 @pytest.mark.parametrize("answers,text,want", [
@@ -103,3 +104,41 @@ def test_real_questions_match_the_evidence_as_recorded():
         mode = "regex" if r["dataset"] == "curated" else "string"
         hits = sum(has_answer(r["answers"], t, mode, tk if mode == "string" else None) for t, tk in zip(ev.texts, tokens))
         assert hits == r["passages_with_answer"] >= 1, r
+
+
+@pytest.mark.parametrize("mode", ["string", "regex"])
+def test_corpus_matcher_equals_first_hit_on_every_hand_case(mode):
+    """The cached matcher (inverted index, answers once) gives first_hit's ranks: the hand cases above as a
+    corpus, each case's answers over rows in a scrambled order (negative rows, faiss's "none", skipped)."""
+    from mwb.retrieval.matching import CorpusMatcher
+    cases = test_string_matching.pytestmark[0].args[1]
+    texts = [c[1] for c in cases] + ["Paris Paris", "New York New York", "cat. cats"]
+    cases = cases + [([r"3\d\d BC", "(unclosed"], "", None), (["York New"], "", None)]
+    m = CorpusMatcher(texts, mode)
+    import random
+    rng = random.Random(0)
+    answers, rows = [], []
+    for answers_i, _, _ in cases:
+        order = list(range(len(texts)))
+        rng.shuffle(order)
+        answers.append(list(answers_i))
+        rows.append(order[:7] + [-1])
+    want = [first_hit(a, [texts[r] for r in row if r >= 0], mode) for a, row in zip(answers, rows)]
+    assert m.first_hits(answers, rows) == want
+    assert m.first_hits(answers, rows) == want  # from the caches
+    if mode == "string":
+        assert sorted(m.rows_with("Paris")) == [i for i, t in enumerate(texts) if has_answer(["Paris"], t)]
+
+
+@needs("bm25s")
+def test_qa_eval_first_hits_equal_the_old_per_question_path_on_bundled_questions():
+    """BM25 top-100 of 300 real questions over the bundled evidence: the matcher the eval uses gives the
+    per-question first_hit's ranks (a brute-force reference: every passage re-tokenised)."""
+    from mwb.retrieval.bm25 import BM25Retriever
+    from mwb.retrieval.matching import CorpusMatcher
+    ev = read_evidence(BUNDLED_EVIDENCE)
+    qs = read_questions(BUNDLED_REAL_QUESTIONS)[::47][:300]
+    _, rows = BM25Retriever(ev).search([q["question"] for q in qs], 100)
+    want = [first_hit(q["answers"], [ev.texts[r] for r in row]) for q, row in zip(qs, rows)]
+    got = CorpusMatcher(ev.texts).first_hits([q["answers"] for q in qs], rows)
+    assert got == want and sum(h is not None for h in want) > 100  # enough hits that a wrong rank shows

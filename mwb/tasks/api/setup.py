@@ -57,6 +57,21 @@ def named_installed(name: str) -> bool:
     return named_models.installed_files(named_models.MODELS[name]) is not None
 
 
+# The real GPT the generative defaults start from when the models extra (and its SmolLM2 package) is installed,
+# and what a no-argument run then trains: LoRA adapters (rank 8) instead of all 135M weights, which would not
+# fit the 10-minute default on 2 cores; a higher learning rate, as adapters want.
+REAL_GPT = "smollm2-135m"
+REAL_GPT_LORA = {"lora": {"rank": 8, "alpha": 16.0}, "optim": {"lr": 1e-3}}
+
+
+def generative_start(checkpoint: Optional[str]) -> tuple[Start, bool]:
+    """The one rule for where a generative default starts: ``(start, real)``. Without ``--checkpoint`` and with
+    :data:`REAL_GPT` installed, ``real`` is True (the job scales itself to it and adds :data:`REAL_GPT_LORA`);
+    :func:`starting_checkpoint` with the returned start says which model it picked, and why (the named model,
+    else — saying it is not installed and how to install it — the newest GPT run or a tiny one trained now)."""
+    return Start("gpt", named=REAL_GPT), checkpoint is None and named_installed(REAL_GPT)
+
+
 def starting_checkpoint(start: Start, say: Say) -> str:
     """The checkpoint a job starts from when none is given: ``start.named`` when installed, else the newest
     ``runs/pretrain-ARCH[-DATA]-*`` run, else a tiny one trained now by ``mwb pretrain`` (a subprocess)."""

@@ -23,7 +23,7 @@ from typing import Callable
 from mwb.core.config import ConfigError
 from mwb.evaluation.evaluator import dp_coords
 from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
-from mwb.retrieval.matching import MATCH_MODES, first_hit, parse_ks, top_k_accuracy
+from mwb.retrieval.matching import MATCH_MODES, parse_ks, top_k_accuracy
 from mwb.retrieval.readers.base import ReaderConfig
 from mwb.retrieval.readers.loading import joint_run_parts, load_reader
 from mwb.retrieval.qa_system import CONTROLS, RETRIEVERS, QASystem, build_system, default_encoder, format_table
@@ -110,16 +110,13 @@ class QATask(Task):
         for name, retriever in lm.retrievers.items():
             _, rows = retriever.search(questions, kmax)
             found[name] = rows
-        results = []
-        for i, it in enumerate(items):
-            res = {}
-            for name, rows in found.items():
-                top = [int(r) for r in rows[i] if r >= 0]
-                hit = first_hit(it["answers"], [lm.evidence.texts[r] for r in top], lm.match,
-                                tokens_of=lambda j, top=top: lm.passage_tokens(top[j]))
+        results = [{} for _ in items]
+        answers = [it["answers"] for it in items]
+        for name, rows in found.items():  # passages tokenised once, answers once per question
+            for res, row, hit in zip(results, rows, lm.matcher.first_hits(answers, rows)):
+                top = [int(r) for r in row if r >= 0]
                 res[name] = hit
                 res[f"{name}_top1_id"] = lm.evidence.ids[top[0]] if top else None
-            results.append(res)
         if lm.reader is not None:
             for name, rows in found.items():
                 for res, answer in zip(results, self.read_answers(lm, questions, rows)):

@@ -15,6 +15,10 @@ Objective: custom (no training here). Metrics:
                     one per sentence 2–5; "newly" means not already in the story written so far
                     (:mod:`.control`).
 
+``empty_sentences`` / ``truncated_sentences``
+                    generated sentences with no words (failures) / cut at the length limit, over every
+                    story written
+
 ``--control with`` / ``--control without`` write only the controlled / only the uncontrolled stories (half the
 generation) and report ``inclusion``, ``distinct_4`` and ``repeat_4`` of the stories written, so two runs of
 one model compare with ``mwb compare A B --metric inclusion`` item by item.
@@ -86,6 +90,10 @@ class StoryEval(Task):
             given = [it["control"] for it in items] if kind == "controlled" else None
             for r, story in zip(out, runner.write(firsts, given, cfg=cfg)):
                 r[kind] = story["sentences"]
+                r.setdefault("empty", 0)
+                r.setdefault("truncated", 0)
+                r["empty"] += story["empty_sentences"]
+                r["truncated"] += sum(st["truncated"] for st in story["steps"])
         return out
 
     def aggregate(self, results):
@@ -99,6 +107,9 @@ class StoryEval(Task):
             n = max(len(results), 1)
             out.update({f"distinct_4{suffix}": story_distinct(texts, 4), f"repeat_4{suffix}": repeat_n(texts, 4),
                         inclusion: sum(inclusion_share(r["control"], r[kind]) for r in results) / n})
+        # an empty sentence is a failure, counted (the writer never returns one but at the model's context limit)
+        out.update({"empty_sentences": sum(r.get("empty", 0) for r in results),
+                    "truncated_sentences": sum(r.get("truncated", 0) for r in results)})
         return {**out, "gold_distinct_4": story_distinct(gold, 4), "gold_repeat_4": repeat_n(gold, 4),
                 "stories": len(results), "target_tokens": count}
 

@@ -26,8 +26,7 @@ from mwb.core.config import ConfigError, RunConfig
 from mwb.evaluation.results import write_results
 
 from ..api.finetune import finetune
-from ..api.setup import Configure, Say, finetune_setup
-from ..api.spec import GENERATIVE_START
+from ..api.setup import REAL_GPT_LORA, Configure, Say, finetune_setup, generative_start
 from ..api.stages import Stages
 from .data import read_stories
 from .keyword_predictor import next_sentence_examples
@@ -179,14 +178,41 @@ def story_defaults(pre: RunConfig) -> dict:
         else {}
 
 
+# The no-argument scale per start model, each meant to finish within 10 minutes on 2 cores: the tiny GPT trains
+# fast, so 200 stories and 2 generator epochs; SmolLM2-135M (LoRA) costs ~70x more per token, so 32 stories (128
+# examples: 16 steps of 8 per part, at 160 tokens: knowledge + story so far + next sentence fit) and one epoch each
+# — 2.5x the tokens per part of `mwb repro megatron-cntrl --scale cpu`, which takes ~5 min a seed on 2 quiet cores.
+TINY_SCALE = {"train_stories": 200, "generator_epochs": 2, "keyword_epochs": 1}
+REAL_SCALE = {"train_stories": 32, "generator_epochs": 1, "keyword_epochs": 1}
+REAL_TRAIN = {"train": {"seq_length": 160, "global_batch_size": 8, "micro_batch_size": 8}}
+
+
 def finetune_story(checkpoint: Optional[str], data: str, conceptnet: Optional[str], configure: Configure,
                    tokenizer: Optional[str], out: str, nproc: Optional[int], say: Say, ranker: RankerConfig,
                    **options) -> dict:
-    """``mwb finetune story``: the GPT start through the one setup path (``checkpoint``, else the newest
-    ``mwb pretrain gpt`` run, else a tiny one trained now), then :func:`run_story`. ``options`` are the
-    :class:`StoryConfig` fields of the scale and the ablations."""
-    setup = finetune_setup("mwb finetune story", ("gpt",), GENERATIVE_START, checkpoint, configure, tokenizer, say,
-                           defaults=story_defaults)
+    """``mwb finetune story``: the GPT start through the one setup path (``checkpoint``, else
+    :func:`~..api.setup.generative_start`'s rule: SmolLM2-135M with LoRA when installed, else the newest ``mwb
+    pretrain gpt`` run or a tiny one trained now), then :func:`run_story`. ``options`` are the
+    :class:`StoryConfig` fields of the scale and the ablations; a scale field given as None takes the start
+    model's default (:data:`TINY_SCALE`, :data:`REAL_SCALE`)."""
+    start, real = generative_start(checkpoint)
+    scale = REAL_SCALE if real else TINY_SCALE
+    options = {**options, **{k: v for k, v in scale.items() if options.get(k) is None}}
+    defaults = (lambda pre: update_tree(update_tree(story_defaults(pre), REAL_GPT_LORA),
+                                        REAL_TRAIN)) if real else story_defaults
+    setup = finetune_setup("mwb finetune story", ("gpt",), start, checkpoint, configure, tokenizer, say,
+                           defaults=defaults)
+    if checkpoint is None:  # the default start was chosen and said: say the scale that goes with it
+        say(f"mwb: story scale: {options['train_stories'] or 'all'} training stories, {options['keyword_epochs']} "
+            f"keyword / {options['generator_epochs']} generator epoch(s)" + (", LoRA rank 8" if real else ""))
     scfg = StoryConfig(data=os.path.abspath(data), out=out, checkpoint=setup.checkpoint, tokenizer=setup.tokenizer,
                        conceptnet=os.path.abspath(conceptnet) if conceptnet else None, ranker=ranker, **options)
     return run_story(scfg, setup.cfg, nproc)
+
+
+def update_tree(base: dict, over: dict) -> dict:
+    """``base`` with ``over``'s leaves written in (nested dicts merged)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = update_tree(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out

@@ -8,7 +8,10 @@ gives keywords for a step, they replace the predicted ones for that story and st
 
 Decoding (the paper gives no settings): keywords greedily; sentences with top-k 40 sampling at temperature
 0.8, seeded with seed + sentence index (row streams of :func:`generate`, so a story does not depend on its
-batch), cut at the first line break, at most ``max_tokens`` tokens.
+batch), cut at the first line break, at most ``max_tokens`` tokens. A sentence always has words
+(:mod:`.sentences`: a first token that would end it at once is drawn again among word tokens); each step
+says whether its sentence was ``truncated`` at ``max_tokens`` and, as an error the commands count, whether
+it stayed ``empty``; each story counts its ``empty_sentences``.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from .keyword_predictor import keyword_prompt
 from .keywords import parse_keywords
 from .knowledge import knowledge_base, knowledge_sentences
 from .ranker import Ranker
+from .sentences import write_sentences
 
 SENTENCES = 5
 
@@ -92,8 +96,10 @@ class StoryWriter:
             predicted = dict(zip(need, self.predict_keywords([contexts[i] for i in need], cfg.batch_size)))
             keywords = [given[i] or predicted[i] for i in range(len(stories))]
             prompts, know = self.prompts(contexts, keywords)
-            gens = generate(self.lm, prompts, params, batch_size=cfg.batch_size)
-            for i, (s, g) in enumerate(zip(stories, gens)):
-                s["sentences"].append(" ".join(g.text.split()))
-                s["steps"].append({"keywords": keywords[i], "controlled": bool(given[i]), "knowledge": know[i]})
+            for i, (s, g) in enumerate(zip(stories, write_sentences(self.lm, prompts, params, cfg.batch_size))):
+                s["sentences"].append(g.text)
+                s["steps"].append({"keywords": keywords[i], "controlled": bool(given[i]), "knowledge": know[i],
+                                   "truncated": g.truncated, "empty": g.empty})
+        for s in stories:
+            s["empty_sentences"] = sum(st["empty"] for st in s["steps"])
         return stories

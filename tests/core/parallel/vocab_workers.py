@@ -18,7 +18,7 @@ from mwb.core.compose import full_state
 from mwb.core.config import RunConfig, update
 from mwb.core.models.init import is_output_head
 from mwb.core.training.batches import SyntheticTokens
-from mwb.core.training.spec import GPTSpec
+from mwb.core.training.model_spec import GPTSpec
 from mwb.core.training.trainer import Trainer
 from tests.core.parallel.lora_workers import adapter_grads
 from tests.helpers.workers import report_run
