@@ -221,9 +221,10 @@ def _seed_ttest(d: np.ndarray) -> float:
     0, 0.0 when they are equal and non-zero (no spread), NaN for one seed."""
     if len(d) < 2:
         return math.nan
-    if np.all(d == 0):
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(d))))  # equal up to float rounding: no spread
+    if np.all(np.abs(d) <= tol):
         return 1.0
-    if np.all(d == d[0]):
+    if float(np.ptp(d)) <= tol:
         return 0.0
     return float(sps.ttest_1samp(d, 0.0).pvalue)
 

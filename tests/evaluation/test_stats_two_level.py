@@ -86,8 +86,8 @@ def test_a_seed_independent_side_enters_as_one_run():
     rng = np.random.default_rng(2)
     zero_shot = rng.random(12)
     trained = zero_shot + 0.2 + rng.normal(0, 0.1, size=(3, 12))
-    once = compare_runs(runs([zero_shot]), runs(trained), "x", resamples=1000)
-    copies = compare_runs(runs(np.tile(zero_shot, (3, 1))), runs(trained), "x", resamples=1000)
+    once = compare_runs(runs([zero_shot]), runs(trained), "x", resamples=5000)  # 2^12 < 5000: exact
+    copies = compare_runs(runs(np.tile(zero_shot, (3, 1))), runs(trained), "x", resamples=5000)
     assert once == copies  # one run paired with every seed: the same as its identical copies, no more
     assert once.p_items == pytest.approx(exact_sign_flip_p((trained - zero_shot).mean(0)), abs=1e-12)
     assert once.p_seeds == pytest.approx(sps.ttest_1samp(trained.mean(1) - zero_shot.mean(), 0).pvalue)
