@@ -260,8 +260,8 @@ def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: boo
         "deterministic": exp.deterministic,
         "metrics": list(exp.metrics),
         "conditions": analysis.condition_table(exp.metrics, cells),
-        "details": {c: [cells.results[(c, s)].details for s in cells.seeds]
-                    for c in cells.conditions if any(cells.results[(c, s)].details for s in cells.seeds)},
+        "details": {c: [cells.results[(c, s)].details for s in cells.seeds_of(c)]
+                    for c in cells.conditions if any(cells.results[(c, s)].details for s in cells.seeds_of(c))},
         "comparisons": comparisons,
         "paper_values": [pv.to_dict() for pv in exp.paper_values_for(plan.scale)],
         "verdict": analysis.verdict(exp, comparisons),
