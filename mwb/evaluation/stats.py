@@ -278,10 +278,11 @@ def compare_pooled(a: Sequence[Sequence[dict]], b: Sequence[Sequence[dict]], met
         p, test = _mcnemar_p(pairs), "mcnemar-exact"
     else:
         p, test = _permutation_p(kind, pairs, resamples, perm_rng), "permutation"
+    item_test = test  # the pooled test's own name (the one pre-issue-44 reports recorded)
     if len(pairs) > 1:
         test = "legacy-pooled"
     return PairedResult(metric, mean_a, mean_b, mean_b - mean_a, (float(lo), float(hi)), p, test,
-                        sum(len(pa) for pa, _ in pairs), len(pairs), resamples, seed, item_test=test,
+                        sum(len(pa) for pa, _ in pairs), len(pairs), resamples, seed, item_test=item_test,
                         seed_diffs=tuple(float(y - x) for x, y in zip(agg_a, agg_b)))
 
 
