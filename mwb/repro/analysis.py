@@ -88,7 +88,7 @@ def compare(c, cells: Cells, resamples: int = 10_000) -> dict:
     a_runs, b_runs = cells.records(c.a, c.metric), cells.records(c.b, c.metric)
     if a_runs is not None and b_runs is not None:
         res = stats.compare_runs(a_runs, b_runs, c.metric, resamples=resamples)
-        level = "items" if res.n_seeds == 1 else "items and seeds"
+        level = "items"  # over several seeds: items, then seeds (the test is "two-level")
     else:
         res = stats.compare_values(cells.values(c.a, c.metric), cells.values(c.b, c.metric), c.metric)
         level = "seeds"

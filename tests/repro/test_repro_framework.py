@@ -100,7 +100,7 @@ def test_verdict_comes_from_the_paired_comparison(toys, tmp_path, name, expected
     mean = lambda runs: np.mean([np.mean([r["accuracy"] for r in run]) for run in runs])  # noqa: E731
     assert head["mean_a"] == pytest.approx(mean(base)) and head["mean_b"] == pytest.approx(mean(treated))
     assert head["diff"] == pytest.approx(mean(treated) - mean(base))
-    assert head["test"] == "two-level" and head["paired_over"] == "items and seeds"
+    assert head["test"] == "two-level" and head["paired_over"] == "items"
     assert head["n_items"] == ITEMS and head["n_seeds"] == 3  # the 120 ids re-run under 3 seeds: 120 items
     per_seed = lambda runs: [np.mean([r["accuracy"] for r in run]) for run in runs]  # noqa: E731
     d = np.array(per_seed(treated)) - np.array(per_seed(base))
