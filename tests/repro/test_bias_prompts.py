@@ -172,7 +172,7 @@ def test_paper_scale_dry_run_prompts_the_users_model_on_sbic(capsys):
     code, stdout, err = run_cli(["repro", "bias-prompts", "--scale", "paper", "--dry-run", *sets], capsys)
     assert code == 0, err
     evals = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb eval bias")]
-    assert len(evals) == len(CONDITIONS) * 3 and len({tuple(a) for a in evals}) == 1 + 3 * 3
+    assert len(evals) == (len(CONDITIONS) - len(ONCE)) * 3 + len(ONCE) and len({tuple(a) for a in evals}) == 1 + 3 * 3
     for a in evals:
         flag = {k: a[a.index(k) + 1] for k in ("--checkpoint", "--data", "--split", "--attribute", "--selection")}
         assert flag == {"--checkpoint": "/d/mt-nlg-530b", "--data": "/d/SBIC", "--split": "test",
@@ -196,5 +196,5 @@ def test_cpu_and_gpu_scales_are_declared_and_dry_run(capsys):
         code, stdout, err = run_cli(["repro", "bias-prompts", "--scale", scale, "--dry-run"], capsys)
         assert code == 0, err
         evals = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb eval bias")]
-        assert len(evals) == len(CONDITIONS) * seeds and len({tuple(a) for a in evals}) == 1 + 3 * seeds
+        assert len(evals) == (len(CONDITIONS) - len(ONCE)) * seeds + len(ONCE) and len({tuple(a) for a in evals}) == 1 + 3 * seeds
         assert all(a[a.index("--checkpoint") + 1] == "smollm2-135m" and "--limit" not in a for a in evals)
