@@ -89,7 +89,7 @@ def test_comparisons_are_the_paired_statistics_of_the_predictions(smoke):
                 for c in (row["a"], row["b"])]
         again = stats.compare_runs(runs[0], runs[1], "f1")
         assert (row["p"], row["test"], row["paired_over"]) == (pytest.approx(again.p), "two-level", "items")
-        assert row["n_items"] == sum(len(r) for r in runs[0]) and row["n_seeds"] == len(SEEDS)
+        assert row["n_items"] == len({x["id"] for r in runs[0] for x in r}) and row["n_seeds"] == len(SEEDS)
 
 
 @needs_medline
