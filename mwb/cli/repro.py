@@ -3,6 +3,7 @@
     mwb repro [--list] [--json]                     what can be reproduced, with each committed verdict
     mwb repro NAME [--scale S] [--seeds N] [--out DIR] [--dry-run] [--set key=value]
     mwb repro report [--root reproductions] [--out docs/reproductions.md]
+    mwb repro reanalyze [--root reproductions] [--json]   old and two-level verdicts of the committed reports
 
 Everything is in :mod:`mwb.repro`; this module parses, calls one function and prints. It also hands the
 runner the in-process invoker: each cell's ``mwb ...`` commands run through this click command object, the
@@ -80,7 +81,9 @@ def _print_list(root: str, as_json: bool) -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="a paper-scale data flag, repeatable")
 @click.option("--root", help="committed reproductions [reproductions]")
 @log_option
-def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root, log):
+@click.option("--allow-dirty", is_flag=True,
+              help="write a report under reproductions/ from an uncommitted tree (env.json marks it)")
+def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root, log, allow_dirty):
     """Reproduce a paper's experiment: every (condition, seed) cell, paired statistics, a computed verdict.
 
     Writes OUT/report.md, results.json, predictions/, commands.sh, env.json and a plot. A rerun with the
@@ -92,6 +95,11 @@ def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root, log):
     if do_list or name is None:
         _print_list(root, as_json)
         return
+    if name == "reanalyze":
+        from mwb.repro import reanalysis
+        rows = reanalysis.verdict_table(root)
+        click.echo(json.dumps(rows, indent=2) if as_json else reanalysis.render_table(rows), nl=as_json)
+        return
     if name == "report":
         page = out or "docs/reproductions.md"
         n = index.write_index(root, page)
@@ -101,7 +109,7 @@ def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root, log):
     from mwb.core.training.tracking import check_available
     from mwb.repro.runner import dry_run as describe, plan_run, run_experiment
 
-    plan = plan_run(get_experiment(name), scale, seeds, out, _options(sets))
+    plan = plan_run(get_experiment(name), scale, seeds, out, _options(sets), allow_dirty=allow_dirty)
     if plan.note:
         click.echo(f"mwb: {plan.note}", err=True)
     if dry_run:

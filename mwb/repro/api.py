@@ -16,6 +16,7 @@ The runner (:mod:`.runner`) owns everything else: cells, reruns, statistics, the
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -23,6 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, ClassVar, Optional, Sequence
 
+from mwb.core.atomic import atomic_write_json
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
@@ -85,17 +87,35 @@ class PaperValue:
 @dataclass(frozen=True)
 class Comparison:
     """Condition ``b`` against condition ``a`` on ``metric``: diff = b − a, and the paper's ``direction``
-    ("greater": the paper says b is higher; "less": lower). The ``headline`` comparison gives the verdict."""
+    ("greater": the paper says b is higher; "less": lower). The ``headline`` comparison gives the verdict; a
+    claim with several parts declares one headline per ``part`` (a short name), and each part gets its own
+    verdict. Non-headline comparisons are exploratory (Holm-adjusted p, no verdict word)."""
 
     a: str
     b: str
     metric: str
     direction: str
     headline: bool = False
+    part: str = ""
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise ValueError(f"comparison direction must be one of {DIRECTIONS}, got {self.direction!r}")
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """A hyperparameter chosen in a pilot run before the report: the ``setting`` (e.g. "lr"), the value
+    chosen, the pilot's ``seeds`` (declared disjoint from the report's seeds), and what the pilot measured
+    (``numbers``: candidate value → the pilot's number, ``measure`` naming it). ``overlap_note`` is set only for
+    a pilot made before this rule, whose seeds overlap the report's: it says so honestly."""
+
+    setting: str
+    chosen: str
+    seeds: tuple
+    numbers: dict
+    measure: str
+    overlap_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -184,6 +204,10 @@ class Experiment:
     deterministic: ClassVar[bool] = False
     in_process: ClassVar[bool] = True  # False: run_cell always starts `python -m mwb` subprocesses
     paper_options: ClassVar[dict] = {}  # key → DataOption, the paper-scale data flags (--set key=value)
+    # conditions whose cells do not depend on the training seed (a zero-shot prompt, an untrained model): run
+    # once (the first seed) and compared as one run against every seed of the other side
+    seed_independent: ClassVar[tuple] = ()
+    pilots: ClassVar[tuple] = ()  # Pilot, ...: every hyperparameter a pilot chose, with the pilot's numbers
 
     # ------------------------------------------------------------------------------ declarations by scale
 
@@ -303,8 +327,32 @@ class Experiment:
                     raise ValueError(f"experiment {self.name!r}: comparison names unknown condition {side!r}")
             if c.metric not in self.metrics:
                 raise ValueError(f"experiment {self.name!r}: comparison names unknown metric {c.metric!r}")
-        if not self.deterministic and sum(c.headline for c in self.comparisons) != 1:
-            raise ValueError(f"experiment {self.name!r}: a seeded experiment needs exactly one headline comparison")
+        heads = [c.part for c in self.comparisons if c.headline]
+        if not self.deterministic and (not heads or len(set(heads)) != len(heads)):
+            raise ValueError(f"experiment {self.name!r}: a seeded experiment needs exactly one headline comparison "
+                             f"per part of its claim (headline parts: {heads})")
+        for c in self.seed_independent:
+            if c not in conds:
+                raise ValueError(f"experiment {self.name!r}: seed-independent condition {c!r} is not a condition")
+        report_seeds = set(range(max(s.seeds for s in self.scales.values())))
+        for pilot in self.pilots:
+            if set(pilot.seeds) & report_seeds and not pilot.overlap_note:
+                raise ValueError(f"experiment {self.name!r}: pilot {pilot.setting!r} ran on seeds {pilot.seeds}, "
+                                 f"which are report seeds; declare pilot seeds outside them")
+
+    def definition(self, scale: Scale) -> dict:
+        """What the experiment's verdict depends on, as declared: conditions, metrics, comparisons (headline
+        included), seed-independent conditions and the scale's settings. Its hash goes into ``env.json`` and
+        every ``cell.json``."""
+        return {"experiment": self.name, "conditions": list(self.conditions_for(scale)),
+                "metrics": list(self.metrics), "comparisons": [asdict(c) for c in self.comparisons],
+                "seed_independent": list(self.seed_independent),
+                "scale": {"name": scale.name, "params": scale.params, "seeds": scale.seeds}}
+
+    def definition_hash(self, scale: Scale) -> str:
+        """sha256 of :meth:`definition` as canonical JSON (sorted keys), the first 16 hex digits."""
+        text = json.dumps(self.definition(scale), sort_keys=True, default=str, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def conditions_for_all(self) -> tuple:
         """Every condition any scale runs (for validation and listing)."""
@@ -317,7 +365,7 @@ class Experiment:
 class ComputedExperiment(Experiment):
     """A deterministic experiment whose cells are computed in Python (parameter counts, planner output,
     measured bytes), not run as commands: :meth:`compute_cell` gives the values, which are kept in
-    ``cell_dir/values.json`` (written under a temporary name, then renamed) so that a rerun reads them back
+    ``cell_dir/values.json`` (written atomically, :mod:`mwb.core.atomic`) so that a rerun reads them back
     instead of computing them again. ``cell_commands`` still lists the ``mwb plan`` commands that print the
     same numbers, for ``commands.sh``."""
 
@@ -329,10 +377,7 @@ class ComputedExperiment(Experiment):
 
     def run_cell(self, condition, seed, scale, cell_dir, options, invoke) -> CellResult:
         res = self.compute_cell(condition, seed, scale, cell_dir, options)
-        path = os.path.join(cell_dir, self.VALUES)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"metrics": res.metrics, "details": res.details}, f, indent=2)
-        os.replace(path + ".tmp", path)
+        atomic_write_json(os.path.join(cell_dir, self.VALUES), {"metrics": res.metrics, "details": res.details})
         return res
 
     def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:

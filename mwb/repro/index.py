@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from mwb.core.atomic import atomic_write_text
 from mwb.core.errors import DataError
 
 from .registry import list_experiments
@@ -67,10 +68,32 @@ def headline(rec: dict) -> str:
                 + (f" (largest deviation {worst:.1%})" if worst is not None else ""))
     if not rows:
         return "–"
-    r = rows[0]
-    ci = f" [{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]" if r.get("ci95") else ""
-    p = "–" if r.get("p") is None else ("< 0.0001" if r["p"] < 1e-4 else f"{r['p']:.4f}")
-    return f"{r['metric']}: {r['b']} − {r['a']} = {fmt(r['diff'])}{ci}, p {p} ({r['test']})"
+    cells = []
+    for r in rows:
+        ci = f" [{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]" if r.get("ci95") else ""
+        p = "–" if r.get("p") is None else ("< 0.0001" if r["p"] < 1e-4 else f"{r['p']:.4f}")
+        part = f"{r['part']}: " if r.get("part") else ""
+        word = f" → {r['verdict']}" if len(rows) > 1 else ""
+        cells.append(f"{part}{r['metric']}: {r['b']} − {r['a']} = {fmt(r['diff'])}{ci}, p {p} ({r['test']}){word}")
+    return "; ".join(cells)
+
+
+def provenance(root: str, name: str, rec: dict) -> str:
+    """What a reader must know before trusting the row: an old-format report (legacy pooled test), a report
+    written from a dirty tree (with --allow-dirty or before the rule)."""
+    notes = []
+    if not rec.get("deterministic") and rec.get("statistics") != "two-level":
+        notes.append("old format: legacy pooled test")
+    try:
+        with open(os.path.join(root, name, "env.json"), encoding="utf-8") as f:
+            git = json.load(f).get("mwb", {})
+    except (OSError, json.JSONDecodeError):
+        git = {}
+    if git.get("allow_dirty"):
+        notes.append("dirty tree (--allow-dirty)")
+    elif git.get("dirty") is not False:
+        notes.append("dirty tree" if git.get("dirty") else "tree state unknown")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def render(root: str, out_path: str) -> str:
@@ -79,7 +102,10 @@ def render(root: str, out_path: str) -> str:
              "Each row is one committed run of `mwb repro NAME` (`reproductions/NAME/`); its verdict is computed "
              "from its own comparisons: shown = p < 0.05 in the paper's direction (deterministic experiments: "
              "every headline paper value within its tolerance), contradicted = p < 0.05 the other way, not shown "
-             "otherwise. The linked report says what its scale can and cannot show.", "",
+             "otherwise. Reports marked *old format* were computed by the legacy pooled test (re-runs of an item "
+             "counted as new items, no seed-level test); `mwb repro reanalyze NAME` recomputes them with the "
+             "two-level test (docs/evaluation.md). A claim with several parts shows each part's headline and "
+             "verdict. The linked report says what its scale can and cannot show.", "",
              "| experiment | paper | claim | scale | seeds | headline comparison | verdict | report |",
              "| --- | --- | --- | --- | ---: | --- | --- | --- |"]
     base = os.path.dirname(os.path.abspath(out_path))
@@ -89,7 +115,7 @@ def render(root: str, out_path: str) -> str:
         link = os.path.relpath(os.path.abspath(os.path.join(root, name, "report.md")), base)
         seeds = "1 (deterministic)" if rec.get("deterministic") else str(len(rec["seeds"]))
         lines.append(f"| {rec['experiment']} | {papers} | {rec['claim']} | {rec['scale']} | {seeds} | "
-                     f"{headline(rec)} | **{rec['verdict']}** | [report]({link}) |")
+                     f"{headline(rec)} | **{rec['verdict']}**{provenance(root, name, rec)} | [report]({link}) |")
     if not runs:
         lines.append(f"| (no committed reproductions under {root}) | | | | | | | |")
     return "\n".join(lines) + "\n"
@@ -99,10 +125,7 @@ def write_index(root: str, out_path: str) -> int:
     """Write the page; returns how many reproductions it lists."""
     text = render(root, out_path)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    tmp = out_path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, out_path)
+    atomic_write_text(out_path, text)
     return len(committed(root))
 
 

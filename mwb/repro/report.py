@@ -12,6 +12,8 @@ import math
 import os
 import shlex
 
+from mwb.core.atomic import atomic_write_text
+
 from .analysis import mean_std
 from .plot import plot_results
 
@@ -99,14 +101,27 @@ def comparisons_table(results: dict) -> list[str]:
                          f"| {fmt(r['allowed'])} | {'yes' if r['within'] else '**no**'} | "
                          f"{'yes' if r['headline'] else 'no'} | {r['where']} |")
         return lines
-    lines = ["| comparison | metric | mean a | mean b | diff (b − a) | 95% CI | p | test | paper: b is | verdict |",
-             "| --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- | --- |"]
+    if results.get("statistics") != "two-level":  # an old-format report: as it was written
+        lines = ["| comparison | metric | mean a | mean b | diff (b − a) | 95% CI | p | test | paper: b is | verdict |",
+                 "| --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- | --- |"]
+        for r in rows:
+            ci = f"[{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]" if r.get("ci95") else "–"
+            name = f"{r['b']} vs {r['a']}" + (" (headline)" if r["headline"] else "")
+            lines.append(f"| {name} | {r['metric']} | {fmt(r['mean_a'])} | {fmt(r['mean_b'])} | {fmt(r['diff'])} | "
+                         f"{ci} | {_p(r['p'])} | {r['test']} over {r['paired_over']} (legacy pooled) | "
+                         f"{r['direction']} | {r['verdict']} |")
+        return lines
+    lines = ["| comparison | metric | mean a | mean b | diff (b − a) | 95% CI | p | p items | p seeds | Holm p | "
+             "items × seeds | paper: b is | verdict |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for r in rows:
         ci = f"[{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]" if r.get("ci95") else "–"
-        name = f"{r['b']} vs {r['a']}" + (" (headline)" if r["headline"] else "")
+        part = f" {r['part']}" if r.get("part") else ""
+        name = f"{r['b']} vs {r['a']}" + (f" (headline{part})" if r["headline"] else "")
         lines.append(f"| {name} | {r['metric']} | {fmt(r['mean_a'])} | {fmt(r['mean_b'])} | {fmt(r['diff'])} | "
-                     f"{ci} | {_p(r['p'])} | {r['test']} over {r['paired_over']} | {r['direction']} | "
-                     f"{r['verdict']} |")
+                     f"{ci} | {_p(r['p'])} | {_p(r.get('p_items'))} | {_p(r.get('p_seeds'))} | "
+                     f"{_p(r.get('p_holm'))} | {r.get('n_items')} × {r.get('n_seeds')} ({r['test']}) | "
+                     f"{r['direction']} | {r['verdict']} |")
     return lines
 
 
@@ -114,10 +129,14 @@ def render_report(results: dict, env: dict, plot_name: str, rerun: str) -> str:
     papers = "; ".join(f"{p['citation']}, *{p['title']}* (arXiv {p['arxiv']})" for p in results["paper"])
     how = ("every headline paper value within its declared tolerance" if results["deterministic"] else
            "the headline comparison: shown = p < 0.05 in the paper's direction, contradicted = p < 0.05 the "
-           "other way")
+           "other way; p is the two-level test's (items, then seeds), secondary comparisons are exploratory "
+           "with Holm-adjusted p" if results.get("statistics") == "two-level" else
+           "the headline comparison, by the legacy pooled test (an old-format report)")
     seeds = ", ".join(map(str, results["seeds"]))
     lines = [f"# {results['experiment']} — {results['scale']} scale", "",
              f"**Verdict: {results['verdict']}** (computed from {how})."]
+    if results.get("verdict_by_part") and len(results["verdict_by_part"]) > 1:
+        lines.append("By part: " + ", ".join(f"{m}: {v}" for m, v in results["verdict_by_part"].items()) + ".")
     if results.get("verdict_by_metric"):
         lines.append("By metric: " + ", ".join(f"{m}: {v}" for m, v in results["verdict_by_metric"].items()) + ".")
     cells = results["cells"]
@@ -126,10 +145,11 @@ def render_report(results: dict, env: dict, plot_name: str, rerun: str) -> str:
               f"- Seeds: {seeds}" + (" (deterministic: one run)" if results["deterministic"] else ""),
               f"- Wall time: {env['wall_s']:.1f} s this invocation; cells {cells['cell_wall_s']:.1f} s "
               f"({cells['ran']} run now, {cells['reused']} reused from an earlier run)",
-              f"- mwb {(env['mwb']['commit'] or 'unknown')[:12]}{' (dirty)' if env['mwb']['dirty'] else ''}, "
+              f"- mwb {(env['mwb']['commit'] or 'unknown')[:12]}{' (dirty tree, written with --allow-dirty)' if env['mwb'].get('allow_dirty') else ' (dirty)' if env['mwb']['dirty'] else ''}, "
               f"torch {env['torch']}, {env['device']}, {env['threads']} threads, load average "
               f"{env['load_average_start']} → {env['load_average_end']}, energy {env['energy']['energy_j']:.0f} J "
               f"({env['energy']['source']})",
+              f"- Definition hash {env.get('definition_hash') or 'not recorded (older runner)'}",
               "", "## Results", ""] + results_table(results)
     lines += ["", "## Comparisons", ""] + comparisons_table(results)
     lines += ["", f"![{results['experiment']}]({plot_name})", "", "## What this scale can and cannot show", "",
@@ -171,12 +191,9 @@ def rerun_command(plan) -> str:
 
 
 def _write(path: str, text: str, mode: int | None = None) -> None:
-    tmp = path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    atomic_write_text(path, text)
     if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+        os.chmod(path, mode)
 
 
 def write_all(plan, results: dict, cell_commands: list, env: dict) -> None:

@@ -1,10 +1,14 @@
 """Run an experiment: every (condition, seed) cell, resumable, then the comparisons, the verdict and the files.
 
 Cells live in ``OUT/cells/<condition>/seed<k>/``. A cell is finished only when its ``cell.json`` exists: it is
-written last, atomically (a temporary name, then ``os.replace``), after the cell's commands succeeded and its
-per-item records were copied to ``OUT/predictions/<condition>/seed<k>.jsonl``. A rerun with the same ``--out``
-reads finished cells back and runs the others; a cell without ``cell.json`` (stopped half way, or failed) is
-deleted and run again from scratch, so no command sees a half-written run directory.
+written last, atomically (:mod:`mwb.core.atomic`), after the cell's commands succeeded and its per-item records
+were copied to ``OUT/predictions/<condition>/seed<k>.jsonl``. A rerun with the same ``--out`` reads a finished
+cell back only when its recorded command lines and the experiment's definition hash equal the plan's; any other
+cell (stopped half way, failed, or made by other commands or another definition) is deleted and run again from
+scratch, and the log says which cells and why. A seed-independent condition has one cell (the first seed).
+
+A report under ``reproductions/`` (the committed ones) is refused from a dirty tree unless ``allow_dirty``, in
+which case ``env.json`` marks it.
 """
 from __future__ import annotations
 
@@ -16,19 +20,22 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
+from mwb.core.atomic import atomic_write_json
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError, MwbError
 from mwb.evaluation.predictions import read_predictions, write_predictions
 
 from . import analysis, paper_plan, report
 from .api import CellResult, Experiment, Invoke, Scale
-from .env import EnvRecorder
+from .env import EnvRecorder, git_commit
 from .track import track_results
 
 CELL_FILE = "cell.json"
+# results.json's "statistics": the method its comparisons were made with (reports without it: legacy-pooled)
+STATISTICS = "two-level"
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class RunPlan:
     options: dict
     cells: tuple
     note: str = ""  # said to the user before running (e.g. why --seeds does not apply)
+    allow_dirty: bool = False  # write a report under reproductions/ from an uncommitted tree (marked as such)
 
 
 def default_out(name: str, scale: str) -> str:
@@ -60,7 +68,7 @@ def default_out(name: str, scale: str) -> str:
 
 
 def plan_run(exp: Experiment, scale: str = "cpu", seeds: Optional[int] = None, out: Optional[str] = None,
-             options: Optional[dict] = None) -> RunPlan:
+             options: Optional[dict] = None, allow_dirty: bool = False) -> RunPlan:
     """Resolve the scale, seeds, output directory and options into the list of cells (ConfigError if bad)."""
     sc = exp.scale(scale)
     opts = exp.check_options(sc, dict(options or {}))
@@ -76,8 +84,26 @@ def plan_run(exp: Experiment, scale: str = "cpu", seeds: Optional[int] = None, o
         seed_list = tuple(range(seeds if seeds is not None else sc.seeds))
     out = out or default_out(exp.name, sc.name)
     cells = tuple(Cell(c, s, os.path.join(out, "cells", c, f"seed{s}"))
-                  for c in exp.conditions_for(sc) for s in seed_list)
-    return RunPlan(exp, sc, seed_list, out, opts, cells, note)
+                  for c in exp.conditions_for(sc)
+                  for s in (seed_list[:1] if c in exp.seed_independent else seed_list))
+    return RunPlan(exp, sc, seed_list, out, opts, cells, note, allow_dirty)
+
+
+def committed_dir(out: str) -> bool:
+    """Whether ``out`` lies under a ``reproductions/`` directory (where committed reports live)."""
+    parts = os.path.normpath(os.path.abspath(out)).split(os.sep)
+    return "reproductions" in parts[:-1]
+
+
+def check_clean(plan: RunPlan, git: Optional[dict] = None) -> dict:
+    """The checkout's ``{"commit", "dirty"}``; a ConfigError when ``plan.out`` is a committed report's place,
+    the tree is dirty (or unknown) and ``allow_dirty`` is not set."""
+    git = git if git is not None else git_commit()
+    if committed_dir(plan.out) and git.get("dirty") is not False and not plan.allow_dirty:
+        state = "has uncommitted changes" if git.get("dirty") else "cannot be checked by git"
+        raise ConfigError(f"refusing to write a report under {plan.out}: the mwb tree {state}; commit first, "
+                          f"or pass --allow-dirty to write one marked as such")
+    return git
 
 
 # ------------------------------------------------------------------------------------------- invoking
@@ -107,33 +133,42 @@ def _prediction_file(out: str, cell: Cell) -> str:
     return os.path.join(out, "predictions", cell.condition, f"seed{cell.seed}.jsonl")
 
 
-def _atomic_json(path: str, obj) -> None:
-    tmp = path + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, allow_nan=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _cell_commands(plan: RunPlan, cell: Cell) -> list:
+    return [_checked(a) for a in plan.exp.cell_commands(cell.condition, cell.seed, plan.scale, cell.dir,
+                                                        plan.options)]
 
 
-def load_finished(plan: RunPlan, cell: Cell) -> Optional[CellResult]:
-    """The cell's result if it finished in an earlier run of the same experiment and scale, else None."""
+def reuse_check(plan: RunPlan, cell: Cell) -> tuple[Optional[CellResult], str]:
+    """``(result, "")`` when the cell finished in an earlier run of the same plan, else ``(None, why)``: the
+    same experiment, scale, condition and seed, the same recorded command lines and definition hash."""
     try:
         with open(os.path.join(cell.dir, CELL_FILE), encoding="utf-8") as f:
             rec = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
+    except FileNotFoundError:
+        return None, "not run yet" if not os.path.exists(cell.dir) else "unfinished"
+    except (OSError, json.JSONDecodeError) as e:
+        return None, f"unreadable {CELL_FILE} ({e})"
     if (rec.get("experiment"), rec.get("scale"), rec.get("condition"), rec.get("seed")) != \
             (plan.exp.name, plan.scale.name, cell.condition, cell.seed):
-        return None
+        return None, "made by another experiment, scale, condition or seed"
+    if rec.get("commands") != _cell_commands(plan, cell):
+        return None, "its recorded command lines differ from the plan's" if "commands" in rec else \
+            "it records no command lines (older runner)"
+    if rec.get("definition_hash") != plan.exp.definition_hash(plan.scale):
+        return None, (f"its definition hash {rec.get('definition_hash')} differs from the plan's "
+                      f"{plan.exp.definition_hash(plan.scale)}")
     preds = None
     if rec.get("predictions"):
         try:
             preds = read_predictions(_prediction_file(plan.out, cell))
-        except DataError:
-            return None
-    return CellResult(rec["metrics"], preds, rec.get("details", {}))
+        except DataError as e:
+            return None, f"its predictions cannot be read ({e})"
+    return CellResult(rec["metrics"], preds, rec.get("details", {})), ""
+
+
+def load_finished(plan: RunPlan, cell: Cell) -> Optional[CellResult]:
+    """The cell's result if it finished in an earlier run of the same plan (see :func:`reuse_check`)."""
+    return reuse_check(plan, cell)[0]
 
 
 def run_one(plan: RunPlan, cell: Cell, invoke: Invoke) -> CellResult:
@@ -152,11 +187,13 @@ def run_one(plan: RunPlan, cell: Cell, invoke: Invoke) -> CellResult:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.replace(write_predictions(staging, res.predictions), target)
         shutil.rmtree(staging, ignore_errors=True)
-    _atomic_json(os.path.join(cell.dir, CELL_FILE),
-                 {"experiment": plan.exp.name, "scale": plan.scale.name, "condition": cell.condition,
-                  "seed": cell.seed, "metrics": {k: float(v) for k, v in res.metrics.items()},
-                  "predictions": bool(res.predictions), "details": res.details,
-                  "wall_s": time.perf_counter() - t0})
+    atomic_write_json(os.path.join(cell.dir, CELL_FILE),
+                      {"experiment": plan.exp.name, "scale": plan.scale.name, "condition": cell.condition,
+                       "seed": cell.seed, "metrics": {k: float(v) for k, v in res.metrics.items()},
+                       "predictions": bool(res.predictions), "details": res.details,
+                       "commands": _cell_commands(plan, cell),
+                       "definition_hash": plan.exp.definition_hash(plan.scale),
+                       "wall_s": time.perf_counter() - t0}, allow_nan=False)
     return res
 
 
@@ -173,8 +210,10 @@ def run_cells(plan: RunPlan, invoke: Invoke, progress: bool = True) -> tuple[ana
     with _bar(len(plan.cells), plan.exp.name, progress) as bar:
         for cell in plan.cells:
             bar.set_postfix_str(cell.label)
-            res = load_finished(plan, cell)
+            res, why = reuse_check(plan, cell)
             if res is None:
+                if why != "not run yet":
+                    print(f"mwb repro: re-running {cell.label}: {why}", file=sys.stderr)
                 res = run_one(plan, cell, invoke)
                 ran += 1
             else:
@@ -194,9 +233,7 @@ def run_cells(plan: RunPlan, invoke: Invoke, progress: bool = True) -> tuple[ana
 
 def commands(plan: RunPlan) -> list[tuple[Cell, list]]:
     """Each cell with the ``mwb`` argv lists it runs (what ``commands.sh`` and ``--dry-run`` show)."""
-    return [(cell, [_checked(a) for a in plan.exp.cell_commands(cell.condition, cell.seed, plan.scale,
-                                                                 cell.dir, plan.options)])
-            for cell in plan.cells]
+    return [(cell, _cell_commands(plan, cell)) for cell in plan.cells]
 
 
 def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: bool = True,
@@ -207,6 +244,7 @@ def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: boo
     ``trackers`` (``--log``): the cells and the comparison table also go there (:mod:`.track`)."""
     if invoke is None or not plan.exp.in_process:
         invoke = subprocess_invoke
+    git = check_clean(plan)
     os.makedirs(plan.out, exist_ok=True)
     env = EnvRecorder()
     cells, counts = run_cells(plan, lambda argv: invoke(_checked(argv)), progress)
@@ -225,17 +263,24 @@ def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: boo
         "deterministic": exp.deterministic,
         "metrics": list(exp.metrics),
         "conditions": analysis.condition_table(exp.metrics, cells),
-        "details": {c: [cells.results[(c, s)].details for s in cells.seeds]
-                    for c in cells.conditions if any(cells.results[(c, s)].details for s in cells.seeds)},
+        "details": {c: [cells.results[(c, s)].details for s in cells.seeds_of(c)]
+                    for c in cells.conditions if any(cells.results[(c, s)].details for s in cells.seeds_of(c))},
         "comparisons": comparisons,
         "paper_values": [pv.to_dict() for pv in exp.paper_values_for(plan.scale)],
         "verdict": analysis.verdict(exp, comparisons),
         "verdict_by_metric": analysis.verdict_by_metric(exp, comparisons),
+        "verdict_by_part": {} if exp.deterministic else analysis.verdict_by_part(comparisons),
+        "statistics": STATISTICS,
+        "seed_independent": [c for c in exp.seed_independent if c in cells.conditions],
+        "pilots": [asdict(p) for p in exp.pilots],
         "scope": exp.scope(plan.scale),
         "cells": counts,
         "options": plan.options,
     }
     env_record = env.finish()
+    env_record["mwb"] = {**git, "allow_dirty": bool(plan.allow_dirty and git.get("dirty") is not False)}
+    env_record["definition_hash"] = exp.definition_hash(plan.scale)
+    env_record["definition"] = exp.definition(plan.scale)
     report.write_all(plan, results, commands(plan), env_record)
     track_results(trackers, plan.out, results, cells)
     return results

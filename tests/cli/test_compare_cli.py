@@ -67,10 +67,29 @@ def test_comma_separated_seeds(tmp_path, capsys):
                               "--resamples", "2000"], capsys)
     assert code == 0, err
     d = json.loads(out)
-    assert d["n_seeds"] == 2 and d["n_items"] == 5 and d["test"] == "permutation"
+    assert d["n_seeds"] == 2 and d["n_items"] == 3 and d["test"] == "two-level"  # ids q0, q1 in both seeds
     assert d["mean_a"] == pytest.approx((0.2 + 1.25) / 2) and d["mean_b"] == pytest.approx((0.3 + 1.75) / 2)
-    code, out, err = run_cli(["compare", f"{a0},{a1}", b0, "--metric", "s"], capsys)
-    assert code == 2 and "A lists 2 runs and B lists 1" in one_line(err)
+    assert d["seed_diffs"] == pytest.approx([0.1, 0.5]) and d["p"] == max(d["p_items"], d["p_seeds"])
+    code, out, err = run_cli(["compare", f"{a0},{a1},{a0}", f"{b0},{b1}", "--metric", "s"], capsys)
+    assert code == 2 and "A lists 3 runs and B lists 2" in one_line(err)
+
+
+def test_runs_per_seed_give_the_reports_two_level_row():
+    """The committed msdp report's predictions through `mwb compare A_s0,A_s1,A_s2 B_s0,B_s1,B_s2 --json`:
+    the same row as the report's two-level reanalysis of the same files (mwb.repro.reanalysis)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mwb.repro import reanalysis
+    root = Path(__file__).resolve().parents[2] / "reproductions" / "msdp"
+    files = lambda c: ",".join(str(root / "predictions" / c / f"seed{s}.jsonl") for s in (0, 1, 2))  # noqa: E731
+    proc = subprocess.run([sys.executable, "-m", "mwb", "compare", files("knowledge-free"), files("two-stage"),
+                           "--metric", "kf1", "--json"], capture_output=True, text=True, check=True)
+    d = json.loads(proc.stdout)
+    row = [r for r in reanalysis.reanalyze(str(root)) if r["headline"]][0]
+    for k in ("p", "p_items", "p_seeds", "diff", "ci95", "n_items", "n_seeds", "seed_diffs", "test"):
+        assert d[k] == row[k], k
 
 
 def test_mismatched_ids_one_line_exit_1(tmp_path, capsys):

@@ -12,7 +12,7 @@ from scipy.stats import t as t_dist
 
 from mwb.core.errors import DataError
 from mwb.evaluation.predictions import aggregate, combine, metric_parts
-from mwb.evaluation.stats import _bootstrap_diffs, compare_runs, compare_values, verdict
+from mwb.evaluation.stats import _bootstrap_diffs, compare_pooled, compare_runs, compare_values, verdict
 
 
 def run(values, metric="acc", prefix=""):
@@ -45,11 +45,12 @@ def test_mcnemar_hand_worked_8_vs_2():
     assert r.diff == pytest.approx(6 / 20)
 
 
-def test_mcnemar_pools_discordant_pairs_over_seeds_and_no_discordance_gives_one():
+def test_legacy_mcnemar_pools_discordant_pairs_over_seeds_and_no_discordance_gives_one():
     s0a, s0b = [0] * 5 + [1], [1] * 5 + [0]  # 5 vs 1
     s1a, s1b = [0] * 3 + [1] + [1] * 4, [1] * 3 + [0] + [1] * 4  # 3 vs 1
-    r = compare_runs([run(s0a), run(s1a)], [run(s0b), run(s1b)], "acc", resamples=2000)
+    r = compare_pooled([run(s0a), run(s1a)], [run(s0b), run(s1b)], "acc", resamples=2000)
     assert r.p == pytest.approx(0.109375, abs=1e-12) and r.n_seeds == 2 and r.n_items == 14
+    assert r.test == "legacy-pooled"
     same = compare_runs([run([1, 0, 1])], [run([1, 0, 1])], "acc", resamples=2000)
     assert same.p == 1.0 and same.diff == 0.0
 
@@ -117,11 +118,11 @@ def test_perplexity_comparison_uses_corpus_ppl():
     assert r.mean_a == pytest.approx(aggregate(ra, "ppl"))
 
 
-def test_seeds_are_averaged_and_resampled_within_each_seed():
+def test_legacy_seeds_are_averaged_and_resampled_within_each_seed():
     rng = np.random.default_rng(4)
     a0, a1 = rng.random(10), rng.random(30) + 1.0  # seeds with different means and sizes
     b0, b1 = a0 + 0.1, a1 + 0.3  # a constant gain within each seed
-    r = compare_runs([run(a0.tolist(), "s"), run(a1.tolist(), "s")], [run(b0.tolist(), "s"), run(b1.tolist(), "s")],
+    r = compare_pooled([run(a0.tolist(), "s"), run(a1.tolist(), "s")], [run(b0.tolist(), "s"), run(b1.tolist(), "s")],
                      "s", resamples=2000)
     assert r.mean_a == pytest.approx((a0.mean() + a1.mean()) / 2)  # mean over seeds, not over the 40 items
     assert r.mean_b == pytest.approx((b0.mean() + b1.mean()) / 2)
@@ -148,8 +149,8 @@ def test_mismatched_ids_and_seed_counts_are_data_errors():
     assert "1 of A's ids missing in B" in msg and "2 of B's missing in A" in msg and "'3'" in msg
     with pytest.raises(DataError, match="seed 1"):
         compare_runs([a, a], [a, b], "acc")
-    with pytest.raises(DataError, match="A has 2 runs and B has 1"):
-        compare_runs([a, a], [a], "acc")
+    with pytest.raises(DataError, match="A has 3 runs and B has 2"):
+        compare_runs([a, a, a], [a, a], "acc")
 
 
 def test_same_seed_same_result_and_to_dict_is_strict_json():
@@ -175,7 +176,7 @@ def test_compare_values_t_interval_and_paired_t():
     assert one.test == "none" and math.isnan(one.p) and one.diff == pytest.approx(0.2)
     assert one.to_dict()["p"] is None and verdict(one.p, one.diff, "greater") == "not shown"
     with pytest.raises(DataError, match="one value per seed"):
-        compare_values([1.0, 2.0], [1.0])
+        compare_values([1.0, 2.0, 3.0], [1.0, 2.0])
 
 
 @pytest.mark.parametrize("p, diff, direction, expected", [

@@ -46,9 +46,20 @@ def seed_predictions(out: Path, condition: str, seed: int) -> list[dict]:
 
 
 def assert_report_files(out: Path, name: str) -> None:
-    """Every file a finished run writes beside its cells, each with content."""
-    for f in ("report.md", "results.json", "commands.sh", "env.json", f"{name}.png"):
-        assert (out / f).stat().st_size > 100, f
+    """Every file a finished run writes beside its cells, each holding what it should: report.md the verdict of
+    results.json, commands.sh a bash script naming the rerun, env.json the experiment's definition hash and the
+    commit, the plot a PNG."""
+    from mwb.repro.registry import get_experiment
+    res = json.loads((out / "results.json").read_text())
+    assert res["experiment"] == name and res["statistics"] == "two-level"
+    assert f"**Verdict: {res['verdict']}**" in (out / "report.md").read_text()
+    sh = (out / "commands.sh").read_text().splitlines()
+    assert sh[0] == "#!/usr/bin/env bash" and any(f"mwb repro {name} --scale {res['scale']}" in ln for ln in sh)
+    env = json.loads((out / "env.json").read_text())
+    exp = get_experiment(name)
+    assert env["definition_hash"] == exp.definition_hash(exp.scale(res["scale"]))
+    assert env["mwb"]["commit"] is None or len(env["mwb"]["commit"]) == 40
+    assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def assert_comparisons_recomputed(out: Path, res: dict, seeds, n_items: int) -> None:
@@ -64,9 +75,11 @@ def assert_comparisons_recomputed(out: Path, res: dict, seeds, n_items: int) -> 
         a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
         assert row["mean_a"] == pytest.approx(statistics.fmean(a))
         assert row["mean_b"] == pytest.approx(statistics.fmean(b))
-        again = stats.compare_runs([seed_predictions(out, row["a"], s) for s in seeds],
-                                   [seed_predictions(out, row["b"], s) for s in seeds], row["metric"])
-        assert (row["test"], row["n_items"]) == (again.test, n_items)
+        runs_a = [seed_predictions(out, row["a"], s) for s in seeds]
+        runs_b = [seed_predictions(out, row["b"], s) for s in seeds]
+        again = stats.compare_runs(runs_a, runs_b, row["metric"])
+        assert sum(len(r) for r in runs_a) == n_items  # item-seed pairs; the test counts distinct items
+        assert (row["test"], row["n_items"]) == (again.test, len({x["id"] for r in runs_a for x in r}))
         assert row["p"] == pytest.approx(again.p) and row["diff"] == pytest.approx(again.diff)
-        assert row["verdict"] == stats.verdict(row["p"], row["diff"], "greater")
+        assert row["verdict"] == (stats.verdict(row["p"], row["diff"], "greater") if row["headline"] else "exploratory")
     assert res["verdict"] == res["comparisons"][0]["verdict"]

@@ -88,8 +88,8 @@ def test_comparisons_are_the_paired_statistics_of_the_predictions(smoke):
         runs = [[read_predictions(str(out / "predictions" / c / f"seed{s}.jsonl")) for s in SEEDS]
                 for c in (row["a"], row["b"])]
         again = stats.compare_runs(runs[0], runs[1], "f1")
-        assert (row["p"], row["test"], row["paired_over"]) == (pytest.approx(again.p), "permutation", "items")
-        assert row["n_items"] == sum(len(r) for r in runs[0]) and row["n_seeds"] == len(SEEDS)
+        assert (row["p"], row["test"], row["paired_over"]) == (pytest.approx(again.p), "two-level", "items")
+        assert row["n_items"] == len({x["id"] for r in runs[0] for x in r}) and row["n_seeds"] == len(SEEDS)
 
 
 @needs_medline

@@ -78,16 +78,21 @@ def test_comparisons_are_paired_mcnemar_and_give_the_verdict(smoke):
         va, vb = res["conditions"][r["a"]][r["metric"]], res["conditions"][r["b"]][r["metric"]]
         assert r["mean_a"] == pytest.approx(sum(va) / len(va), abs=1e-12)
         assert r["diff"] == pytest.approx(r["mean_b"] - r["mean_a"], abs=1e-12)
-        assert r["paired_over"] == "items" and r["test"] == "mcnemar-exact" and r["n_items"] == 32
+        assert r["paired_over"] == "items" and r["n_seeds"] == len(SEEDS)
+        assert r["n_items"] == len({x["id"] for s in SEEDS for x in _records(out, r["a"], s)})  # distinct
         b01 = b10 = 0  # discordant questions, pooled over seeds
         for s in SEEDS:
             a = {x["id"]: x[r["metric"]] for x in _records(out, r["a"], s)}
             for x in _records(out, r["b"], s):
                 b01 += a[x["id"]] == 0 and x[r["metric"]] == 1
                 b10 += a[x["id"]] == 1 and x[r["metric"]] == 0
-        want = 1.0 if b01 + b10 == 0 else sps.binomtest(b01, b01 + b10, 0.5).pvalue
-        assert r["p"] == pytest.approx(want, abs=1e-12)
-        assert r["verdict"] == stats.verdict(r["p"], r["diff"], r["direction"])
+        legacy = 1.0 if b01 + b10 == 0 else sps.binomtest(b01, b01 + b10, 0.5).pvalue  # the pooled McNemar
+        again = stats.compare_runs([_records(out, r["a"], s) for s in SEEDS], [_records(out, r["b"], s) for s in SEEDS],
+                                   r["metric"])
+        assert r["p"] == pytest.approx(again.p, abs=1e-12) and r["test"] == "two-level"
+        if b01 + b10 == 0:  # no discordant question: both tests give 1
+            assert r["p"] == legacy == 1.0
+        assert r["verdict"] == (stats.verdict(r["p"], r["diff"], r["direction"]) if r["headline"] else "exploratory")
     assert res["verdict"] == head["verdict"]
 
 

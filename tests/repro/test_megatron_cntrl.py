@@ -183,19 +183,23 @@ def test_comparisons_are_the_declared_ones_with_diff_b_minus_a(smoke):
     res = json.loads((smoke[0] / "results.json").read_text())
     rows = res["comparisons"]
     assert [(r["a"], r["b"], r["metric"], r["direction"], r["headline"]) for r in rows] == [
-        (KNOWLEDGE, CONTROL, "inclusion", "greater", True), (NONE, KNOWLEDGE, "ppl", "less", False),
-        (NONE, KNOWLEDGE, "distinct_4", "greater", False), (NONE, KNOWLEDGE, "repeat_4", "less", False)]
+        (KNOWLEDGE, CONTROL, "inclusion", "greater", True), (NONE, KNOWLEDGE, "ppl", "less", True),
+        (NONE, KNOWLEDGE, "distinct_4", "greater", True), (NONE, KNOWLEDGE, "repeat_4", "less", True)]
+    assert [r["part"] for r in rows] == ["control", "knowledge-ppl", "knowledge-distinct-4", "knowledge-repeat-4"]
     for r in rows:
         a, b = res["conditions"][r["a"]][r["metric"]], res["conditions"][r["b"]][r["metric"]]
         assert r["mean_a"] == pytest.approx(np.mean(a)) and r["mean_b"] == pytest.approx(np.mean(b))
         assert r["diff"] == pytest.approx(r["mean_b"] - r["mean_a"])
     by = {r["metric"]: r for r in rows}
-    assert by["inclusion"]["paired_over"] == "items" and by["inclusion"]["n_items"] == 6  # 3 stories × 2 seeds
+    assert by["inclusion"]["paired_over"] == "items" and by["inclusion"]["n_items"] == 3  # 3 stories, 2 seeds
     assert by["distinct_4"]["paired_over"] == "seeds"  # a corpus statistic: one value per seed
     head = by["inclusion"]
     p, d = head["p"], head["diff"]
     want = "not shown" if p is None or p >= 0.05 or d == 0 else ("shown" if d > 0 else "contradicted")
-    assert res["verdict"] == head["verdict"] == want
+    assert head["verdict"] == want and res["verdict_by_part"]["control"] == want
+    words = set(res["verdict_by_part"].values())  # every part's verdict; the run's: all shown, any contradicted
+    assert res["verdict"] == ("shown" if words == {"shown"} else "contradicted" if "contradicted" in words
+                              else "not shown")
 
 
 def test_dry_runs_of_the_other_scales(capsys, tmp_path):

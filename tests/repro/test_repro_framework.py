@@ -91,28 +91,34 @@ def run(name, out, invoke, seeds=2):
 @pytest.mark.parametrize("name,expected", [("toy-shown", "shown"), ("toy-contra", "contradicted"),
                                            ("toy-none", "not shown")])
 def test_verdict_comes_from_the_paired_comparison(toys, tmp_path, name, expected):
-    res = run(name, tmp_path / name, FakeEval())
-    assert res["verdict"] == expected
+    res = run(name, tmp_path / name, FakeEval(), seeds=3)
+    assert res["verdict"] == expected and res["statistics"] == "two-level"
     head = res["comparisons"][0]
     effect = toys[name].effect
-    base = [toy_records("base", effect, s, ITEMS) for s in (0, 1)]
-    treated = [toy_records("treated", effect, s, ITEMS) for s in (0, 1)]
+    base = [toy_records("base", effect, s, ITEMS) for s in (0, 1, 2)]
+    treated = [toy_records("treated", effect, s, ITEMS) for s in (0, 1, 2)]
     mean = lambda runs: np.mean([np.mean([r["accuracy"] for r in run]) for run in runs])  # noqa: E731
     assert head["mean_a"] == pytest.approx(mean(base)) and head["mean_b"] == pytest.approx(mean(treated))
     assert head["diff"] == pytest.approx(mean(treated) - mean(base))
-    assert head["test"] == "mcnemar-exact" and head["paired_over"] == "items" and head["n_items"] == 2 * ITEMS
-    b01 = sum(a["accuracy"] == 0 and b["accuracy"] == 1 for ra, rb in zip(base, treated) for a, b in zip(ra, rb))
-    b10 = sum(a["accuracy"] == 1 and b["accuracy"] == 0 for ra, rb in zip(base, treated) for a, b in zip(ra, rb))
-    p = 1.0 if b01 + b10 == 0 else sps.binomtest(b01, b01 + b10, 0.5).pvalue
-    assert head["p"] == pytest.approx(p)
+    assert head["test"] == "two-level" and head["paired_over"] == "items"
+    assert head["n_items"] == ITEMS and head["n_seeds"] == 3  # the 120 ids re-run under 3 seeds: 120 items
+    per_seed = lambda runs: [np.mean([r["accuracy"] for r in run]) for run in runs]  # noqa: E731
+    d = np.array(per_seed(treated)) - np.array(per_seed(base))
+    assert head["seed_diffs"] == pytest.approx(list(d))
+    if effect:
+        assert head["p_seeds"] == pytest.approx(sps.ttest_1samp(d, 0).pvalue)
+    assert head["p"] == pytest.approx(max(head["p_items"], head["p_seeds"]))
+    assert head["p_holm"] is None and res["verdict_by_part"] == {"": expected}
     if expected != "not shown":
         assert head["ci95"][0] <= head["diff"] <= head["ci95"][1] and head["p"] < 0.05
     # a metric with no per-item values is compared over seeds: scipy's paired t-test on the per-seed values
     loss = res["comparisons"][1]
     a, b = res["conditions"]["base"]["loss"], res["conditions"]["treated"]["loss"]
-    assert loss["paired_over"] == "seeds" and loss["test"] == "paired-t" and len(a) == len(b) == 2
+    assert loss["paired_over"] == "seeds" and loss["test"] == "paired-t" and len(a) == len(b) == 3
+    assert loss["verdict"] == "exploratory"  # a secondary comparison: Holm p, no verdict word
     if effect:
         assert loss["p"] == pytest.approx(sps.ttest_rel(b, a).pvalue)
+        assert loss["p_holm"] == pytest.approx(min(1.0, loss["p"]))  # a family of one secondary
 
 
 def test_rerun_skips_finished_cells_and_redoes_a_half_written_one(toys, tmp_path):

@@ -75,10 +75,12 @@ class MegatronCntrl(Experiment):
              "repeat-4 than generation without knowledge.")
     conditions = (KNOWLEDGE, CONTROL, NONE)
     metrics = ("inclusion", "ppl", "distinct_4", "repeat_4")
-    comparisons = (Comparison(KNOWLEDGE, CONTROL, "inclusion", "greater", headline=True),
-                   Comparison(NONE, KNOWLEDGE, "ppl", "less"),
-                   Comparison(NONE, KNOWLEDGE, "distinct_4", "greater"),
-                   Comparison(NONE, KNOWLEDGE, "repeat_4", "less"))
+    # The claim has four parts (control; knowledge's PPL, distinct-4, repeat-4): one headline each, each part
+    # its own verdict (issue 44; the report before it showed only the control part's).
+    comparisons = (Comparison(KNOWLEDGE, CONTROL, "inclusion", "greater", headline=True, part="control"),
+                   Comparison(NONE, KNOWLEDGE, "ppl", "less", headline=True, part="knowledge-ppl"),
+                   Comparison(NONE, KNOWLEDGE, "distinct_4", "greater", headline=True, part="knowledge-distinct-4"),
+                   Comparison(NONE, KNOWLEDGE, "repeat_4", "less", headline=True, part="knowledge-repeat-4"))
     paper_values = (PaperValue(CONTROL, "inclusion", 0.775,
                                "Xu et al. 2020, abstract and controllability human evaluation: 77.5% of stories "
                                "judged successfully controlled by new keywords at 124M parameters (91.5% at "

@@ -29,7 +29,7 @@ from mwb.core.data.bundled import tokenizer_file
 from mwb.core.errors import DataError
 from mwb.evaluation.predictions import read_predictions
 
-from ..api import CellResult, Comparison, DataOption, Experiment, Paper, PlanSpec, Scale
+from ..api import CellResult, Comparison, DataOption, Experiment, Paper, Pilot, PlanSpec, Scale
 from ..registry import register
 
 WANG = Paper("Wang et al. 2022", "2202.04173",
@@ -96,6 +96,12 @@ class Sgeat(Experiment):
         Comparison("base", "sgeat", "ppl", "greater"),
         Comparison("dapt", "sgeat", "ppl", "less"),
     )
+    # The cpu scale's lr 1e-4 was chosen in a pilot run at seed 0, which is also report seed 0: the pilot and
+    # the report share a seed (found by the review of issue 44). The pilot's candidate values and numbers were
+    # not recorded, so none can be written here; the lr stays as it was and issue 48's re-run pilots on seeds
+    # disjoint from the report's.
+    pilots = (Pilot("lr", "1e-4", seeds=(0,), numbers={}, measure="not recorded",
+                    overlap_note="piloted at seed 0, a report seed; the pilot's numbers were not recorded"),)
     paper_values = ()  # see scope(): the paper's table values could not be checked here, so none are declared
     scales = SCALES
     paper_options = {
