@@ -5,7 +5,7 @@ Hugging Face BERT normalises after each residual sum and on the embeddings, whic
 ``output.LayerNorm`` → ``ln2``, ``embeddings.LayerNorm`` → ``embed_norm``, no final norm. The MLM head is
 ``cls.predictions.transform`` (dense, gelu, LayerNorm) → ``lm_transform`` plus the tied decoder with its
 own bias (``cls.predictions.bias`` → ``head.bias``). ``BertForPreTraining``'s pooler and next-sentence
-head become ``pooler`` / ``binary_head`` (``bert_binary_head``); exporting a model that has them writes a
+head become ``pooler`` / ``binary_classifier`` (``bert_binary_head``); exporting a model that has them writes a
 ``BertForPreTraining``, otherwise a ``BertForMaskedLM``.
 
 The heads a checkpoint has are read from its weights, not its ``architectures``. A plain ``BertModel``
@@ -79,7 +79,8 @@ _LM = (("cls.predictions.transform.dense.weight", "lm_transform.dense.weight"),
        ("cls.predictions.transform.LayerNorm.bias", "lm_transform.norm.bias"),
        ("cls.predictions.bias", "head.bias"))
 _POOLER = (("bert.pooler.dense.weight", "pooler.dense.weight"), ("bert.pooler.dense.bias", "pooler.dense.bias"))
-_BINARY = (("cls.seq_relationship.weight", "binary_head.weight"), ("cls.seq_relationship.bias", "binary_head.bias"))
+_BINARY = (("cls.seq_relationship.weight", "binary_classifier.weight"),
+           ("cls.seq_relationship.bias", "binary_classifier.bias"))  # the model's name (models/bert.py)
 
 
 def _pairs(m: dict) -> list:
