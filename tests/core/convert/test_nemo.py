@@ -213,3 +213,14 @@ def test_nemo2_directory_logits_match_megatron_core(refs, tmp_path):
     _, out, family = convert(str(root), str(tmp_path / "mwb"))
     assert family == "nemo-gpt" and glob.glob(os.path.join(out, "tokenizer", "vocab.json"))
     _check(out, ref)
+
+
+@needs("megatron.core")
+def test_nemo_with_dist_model_weights_logits_match_megatron_core(refs, tmp_path):
+    """A .nemo whose weights are a ``model_weights/`` distributed checkpoint (keys ``model.decoder.…``)."""
+    spec, ref = SPECS["gpt2like"], refs["gpt2like"]
+    _redcp(ref["dist"], str(tmp_path / "w"), "model.")
+    extra = {f"model_weights/{n}": (tmp_path / "w" / n).read_bytes() for n in os.listdir(tmp_path / "w")}
+    src = _nemo(str(tmp_path / "d.nemo"), _mcore_cfg(spec, 2), {}, {**_vocab_files(), **extra})
+    _, out, _ = convert(src, str(tmp_path / "mwb"))
+    _check(out, ref)
