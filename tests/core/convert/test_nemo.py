@@ -90,6 +90,8 @@ def _legacy_nemo(gpt2, tmp_path, tp: int = 1, drop: str = "", tok_n: int = V, gz
            "tokenizer": _tok_cfg()}
     if drop == "weights":
         shards = {}
+    elif drop == "shard":
+        shards.pop("mp_rank_01/model_weights.ckpt")
     elif drop:
         cfg.pop(drop)
     return _nemo(str(tmp_path / "model.nemo"), cfg, shards, _vocab_files(tok_n), gz=gz)
@@ -110,9 +112,10 @@ def test_legacy_key_nemo_logits_match_gpt2(gpt2, tmp_path, tp, gz):
 
 
 @pytest.mark.parametrize("case,words", [("weights", "holds no weights"), ("hidden_size", "'hidden_size'"),
-                                        ("tokenizer", "200 tokens")])
+                                        ("tokenizer", "200 tokens"), ("shard", "mp_rank_01/model_weights.ckpt")])
 def test_bad_nemo_fails_in_one_line_writing_nothing(gpt2, tmp_path, capsys, case, words):
-    src = _legacy_nemo(gpt2, tmp_path, drop="" if case == "tokenizer" else case, tok_n=200 if case == "tokenizer" else V)
+    src = _legacy_nemo(gpt2, tmp_path, tp=2 if case == "shard" else 1, drop="" if case == "tokenizer" else case,
+                       tok_n=200 if case == "tokenizer" else V)
     dst = tmp_path / "out"
     with pytest.raises(ConversionError, match=words):
         convert(src, str(dst))
