@@ -35,7 +35,7 @@ import torch
 
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
-from . import megatron_dist, megatron_legacy
+from . import megatron_core, megatron_dist, megatron_legacy
 from .hf_io import ConversionError
 from .megatron_io import _stage_tokenizer
 
@@ -47,7 +47,8 @@ _PREFIXES = ("model.module.", "model.", "module.")
 def is_nemo(path: str) -> bool:
     """A NeMo 1 archive (a tar holding ``model_config.yaml``), an unpacked one, or a NeMo 2 directory."""
     if os.path.isdir(path):
-        return os.path.isfile(os.path.join(path, CONFIG)) or os.path.isdir(os.path.join(path, "context"))
+        return os.path.isfile(os.path.join(path, CONFIG)) or (os.path.isfile(os.path.join(path, "context", "model.yaml"))
+                                                              and os.path.isdir(os.path.join(path, "weights")))
     if not (os.path.isfile(path) and tarfile.is_tarfile(path)):
         return False
     try:
@@ -203,7 +204,6 @@ def _weights(d: str, args, version: float, dist_dir: Optional[str], prefix: str)
     """``stages[p][t]`` of uniform-named tensors, from per-rank ``model_weights.ckpt`` files or a DCP dir."""
     if dist_dir is not None:
         raw = megatron_dist.load_tensors(dist_dir, prefix=prefix)
-        from . import megatron_core
         flat = megatron_dist.unstack(raw, int(args.num_layers), dist_dir)
         return [[megatron_core.uniform(flat, dist_dir)]]
     tp, pp = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
