@@ -7,7 +7,8 @@ checkpoint (run directory, ``checkpoints`` directory, ``step_N`` or consolidated
 Hugging Face directory that ``transformers`` loads with ``from_pretrained``. A ``.gguf`` file (llama.cpp,
 Llama family) becomes an mwb checkpoint, dequantised (:mod:`.gguf_llama`). A Megatron-LM legacy checkpoint
 (``latest_checkpointed_iteration.txt`` or ``mp_rank_*`` shards; GPT and BERT, any TP/PP) becomes an mwb
-checkpoint with its released vocabulary (:mod:`.megatron_legacy`, :mod:`.megatron_io`). One small module per family
+checkpoint with its released vocabulary (:mod:`.megatron_legacy`, :mod:`.megatron_io`); so does a NeMo ``.nemo``
+archive or NeMo 2 directory (:mod:`.nemo`, on top of the Megatron readers). One small module per family
 holds the name and config mapping (:mod:`.gpt2`, :mod:`.llama`, :mod:`.bert`, :mod:`.t5`); tokenizer files travel with
 the weights, and the original ``config.json`` of an imported model is kept so exporting it again
 preserves the fields mwb does not model (special token ids and the like).
@@ -24,6 +25,7 @@ from . import bert, gpt2, llama, t5
 from .gguf_llama import gguf_to_mwb, is_gguf
 from .megatron_io import is_megatron, megatron_to_mwb
 from .megatron_write import mwb_to_megatron
+from .nemo import is_nemo, nemo_to_mwb
 from .hf_io import ConversionError, is_hf_dir, read_config, read_weights, tokenizer_files, write_hf_dir
 
 FAMILIES = (gpt2, llama, bert, t5)
@@ -143,9 +145,12 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     if is_megatron(src):
         out, fam = megatron_to_mwb(src, dst, overwrite)
         return "megatron-to-mwb", out, fam
+    if is_nemo(src):
+        out, fam = nemo_to_mwb(src, dst, overwrite)
+        return "nemo-to-mwb", out, fam
     out, fam = mwb_to_hf(src, dst, overwrite)
     return "mwb-to-hf", out, fam
 
 
 __all__ = ["ConversionError", "FAMILIES", "convert", "family_for_mwb", "gguf_to_mwb", "hf_to_mwb", "is_hf_dir",
-           "is_megatron", "load_hf", "megatron_to_mwb", "model_dict", "mwb_to_megatron", "mwb_to_hf", "state_to_hf"]
+           "is_megatron", "is_nemo", "load_hf", "megatron_to_mwb", "model_dict", "mwb_to_megatron", "mwb_to_hf", "nemo_to_mwb", "state_to_hf"]

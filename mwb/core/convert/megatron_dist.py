@@ -50,8 +50,9 @@ def is_dist(path: str) -> bool:
         return False
 
 
-def load_tensors(d: str) -> dict:
-    """{sharded key: full tensor} of the model tensors in the DCP checkpoint ``d``."""
+def load_tensors(d: str, prefix: str = "") -> dict:
+    """{sharded key: full tensor} of the model tensors in the DCP checkpoint ``d``; ``prefix`` (NeMo's
+    ``model.`` / ``module.``) is what the model's keys start with, and is taken off."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     try:
@@ -61,7 +62,7 @@ def load_tensors(d: str) -> dict:
         raise ConversionError(f"{d}: the distributed checkpoint's .metadata cannot be read ({type(e).__name__})") \
             from None
     want = {k: torch.empty(v.size, dtype=v.properties.dtype) for k, v in md.state_dict_metadata.items()
-            if isinstance(v, TensorStorageMetadata) and k.startswith(MODEL_PREFIXES)}
+            if isinstance(v, TensorStorageMetadata) and k.startswith(tuple(prefix + p for p in MODEL_PREFIXES))}
     if not want:
         raise ConversionError(f"{d}: the distributed checkpoint holds no model tensors")
     missing = sorted({i.relative_path for i in md.storage_data.values()
@@ -75,7 +76,7 @@ def load_tensors(d: str) -> dict:
     except (Exception, CheckpointException) as e:
         raise ConversionError(f"{d}: the distributed checkpoint's shards cannot be read "
                               f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
-    return want
+    return {k[len(prefix):]: v for k, v in want.items()}
 
 
 def unstack(tensors: dict, layers: int, where: str) -> dict:
