@@ -58,10 +58,14 @@ def test_recompute_rows_within_two_percent_of_korthikanti():
     from mwb.core.plan.formulas import korthikanti_bytes_per_layer
     cases = [PAPER.with_(t=t, sp=sp, recompute=m) for t, sp in LAYOUTS for m in MODES]
     ranks = run_ranks(measure_on_rank, 2, cases, timeout_s=150)
+    print("\n| layer (per rank) | measured B | Korthikanti B | measured/Korthikanti | named differences B |")
+    print("| --- | ---: | ---: | ---: | --- |")
     for i, case in enumerate(cases):
         measured = ranks[0][i] if ranks[0][i] is not None else ranks[1][i]
         paper = korthikanti_bytes_per_layer(case.s, case.b, case.h, case.a, case.t, case.sp, case.recompute)
         row = compare(case, measured)
+        diff = ", ".join(f"{k} {v:,.0f}" for k, v in row["differences"].items()) or "–"
+        print(f"| {case.label} | {measured:,} | {paper:,.0f} | {measured / paper:.3f} | {diff} |")
         if case.recompute == "none":
             assert abs(row["ratio"] - 1) <= 1e-3, row
             assert set(row["differences"]) == {"norm_stats", "math_attention"}, row
