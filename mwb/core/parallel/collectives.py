@@ -155,27 +155,28 @@ def gather_from_sequence(x: torch.Tensor, group, grad_reduce: bool = True, dim: 
 
 
 class SequenceShard:
-    """What an all-gathered sequence remembers of where it came from, for the linears it feeds.
+    """What the linears fed by one all-gathered sequence share in backward.
 
-    :func:`gather_sequence_for_linears` tags the gathered ``[b, s, h]`` tensor with one of these; a
+    :func:`gather_sequence_for_linears` tags the gathered ``[b, s, h]`` tensor with ``(local, shard)``; a
     column-parallel linear that sees the tag saves ``local`` (``[b, s/t, h]``) for backward instead of the
     gathered input and all-gathers it again there. The first backward to need the full input gathers it and
-    keeps it here until the last of the ``users`` linears is done, so q, k and v (or FC1 and the gate) share
-    one re-gather; nothing about the gradient depends on that count.
+    keeps it in ``full`` until the last of the ``users`` linears is done, so q, k and v (or FC1 and the gate)
+    share one re-gather; nothing about the gradient depends on that count. It holds no forward tensor (the
+    autograd contexts keep it until backward; under full recompute the local shard must be free to go).
     """
 
-    def __init__(self, local: torch.Tensor, group) -> None:
-        self.local, self.group, self.users, self.full = local, group, 0, None
+    def __init__(self, group) -> None:
+        self.group, self.users, self.full = group, 0, None
 
 
 def gather_sequence_for_linears(x: torch.Tensor, group) -> torch.Tensor:
-    """:func:`gather_from_sequence` whose result carries ``_sp_shard`` (a :class:`SequenceShard`): the
-    entry of a sequence-parallel TP region. Any consumer that ignores the tag gets the ordinary all-gather
-    with a reduce-scatter backward."""
+    """:func:`gather_from_sequence` whose result carries ``_sp_shard = (x, SequenceShard)``: the entry of a
+    sequence-parallel TP region. Any consumer that ignores the tag gets the ordinary all-gather with a
+    reduce-scatter backward."""
     if group_size(group) == 1:
         return x
     full = _GatherFromRegion.apply(x, SEQ_DIM, group, True)
-    full._sp_shard = SequenceShard(x, group)
+    full._sp_shard = (x, SequenceShard(group))
     return full
 
 

@@ -63,10 +63,11 @@ class ColumnParallelLinear(nn.Module):
         self.gemm = F.linear  # the local matmul; --precision fp8 swaps in mwb.core.models.fp8.fp8_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shard = getattr(x, "_sp_shard", None)
-        if shard is not None and self.gemm is F.linear and torch.is_grad_enabled():
+        tag = getattr(x, "_sp_shard", None)
+        if tag is not None and self.gemm is F.linear and torch.is_grad_enabled():
+            local, shard = tag
             shard.users += 1
-            return _SequenceGatheredLinear.apply(shard.local, x.detach(), self.weight, self.bias, shard)
+            return _SequenceGatheredLinear.apply(local, x.detach(), self.weight, self.bias, shard)
         return self.gemm(x, self.weight, self.bias)
 
 
