@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModelConfig
+from .dropout import Dropout
 from .fused import RMSNorm, rotary_fp32
 from .loss import LogitsWorkspace, blocked_cross_entropy, linear_cross_entropy
 from .main_grad import embedding, linear, unhooked
@@ -232,14 +233,14 @@ class TransformerBlock(nn.Module):
         self.layer_id = layer_id
         self.ln1 = make_norm(cfg)
         self.attn = Attention(cfg, layer_id, causal=causal, scale=attn_scale)
-        self.drop1 = nn.Dropout(cfg.dropout)
+        self.drop1 = Dropout(cfg.dropout)
         if cross_attention:
             self.ln_cross = make_norm(cfg)
             self.cross_attn = Attention(cfg, layer_id, causal=False, cross=True, scale=attn_scale)
-            self.drop_cross = nn.Dropout(cfg.dropout)
+            self.drop_cross = Dropout(cfg.dropout)
         self.ln2 = make_norm(cfg)
         self.mlp = make_mlp(cfg, layer_id)
-        self.drop2 = nn.Dropout(cfg.dropout)
+        self.drop2 = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask=None, rope=None, cache=None, enc: Optional[torch.Tensor] = None,
                 cross_mask=None) -> torch.Tensor:

@@ -154,6 +154,61 @@ def gather_from_sequence(x: torch.Tensor, group, grad_reduce: bool = True, dim: 
     return x if group_size(group) == 1 else _GatherFromRegion.apply(x, dim, group, grad_reduce)
 
 
+class SequenceShard:
+    """What the linears fed by one all-gathered sequence share in backward.
+
+    :func:`gather_sequence_for_linears` tags the gathered ``[b, s, h]`` tensor with ``(local, shard)``; a
+    column-parallel linear that sees the tag saves ``local`` (``[b, s/t, h]``) for backward instead of the
+    gathered input and all-gathers it again there. The first backward to need the full input gathers it and
+    keeps it in ``full`` until the last of the ``users`` linears is done, so q, k and v (or FC1 and the gate)
+    share one re-gather; nothing about the gradient depends on that count. It holds no forward tensor (the
+    autograd contexts keep it until backward; under full recompute the local shard must be free to go).
+    """
+
+    def __init__(self, group) -> None:
+        self.group, self.users, self.full = group, 0, None
+
+
+def gather_sequence_for_linears(x: torch.Tensor, group) -> torch.Tensor:
+    """:func:`gather_from_sequence` whose result carries ``_sp_shard = (x, SequenceShard)``: the entry of a
+    sequence-parallel TP region. Any consumer that ignores the tag gets the ordinary all-gather with a
+    reduce-scatter backward."""
+    if group_size(group) == 1:
+        return x
+    full = _GatherFromRegion.apply(x, SEQ_DIM, group, True)
+    full._sp_shard = (x, SequenceShard(group))
+    return full
+
+
+def start_gather(x: torch.Tensor, dim: int, group):
+    """Begin an all-gather of ``x`` along ``dim`` without waiting: returns ``finish()``, which waits and
+    returns the gathered tensor (so the caller can compute meanwhile)."""
+    x = x.contiguous()
+    parts = [torch.empty_like(x) for _ in range(group_size(group))]
+    work = dist.all_gather(parts, x, group=group, async_op=True)
+
+    def finish() -> torch.Tensor:
+        work.wait()
+        return torch.cat(parts, dim=dim)
+    return finish
+
+
+def start_reduce_scatter(x: torch.Tensor, dim: int, group):
+    """Begin a reduce-scatter of ``x`` along ``dim`` without waiting: returns ``finish()`` → this rank's
+    summed slice."""
+    n = group_size(group)
+    if x.size(dim) % n:
+        raise ValueError(f"cannot reduce-scatter dimension {dim} of size {x.size(dim)} over {n} ranks")
+    parts = [p.contiguous() for p in x.chunk(n, dim=dim)]
+    out = torch.empty_like(parts[0])
+    work = dist.reduce_scatter(out, parts, group=group, async_op=True)
+
+    def finish() -> torch.Tensor:
+        work.wait()
+        return out
+    return finish
+
+
 def reduce_scatter_to_sequence(x: torch.Tensor, group) -> torch.Tensor:
     """Sum partial results and keep this rank's sequence slice forward, all-gather backward."""
     return x if group_size(group) == 1 else _ReduceScatterToRegion.apply(x, SEQ_DIM, group)

@@ -14,6 +14,8 @@ import random
 import numpy as np
 import torch
 
+from ..models.dropout import Dropout
+
 MODEL_PARALLEL = "model-parallel"
 
 
@@ -111,7 +113,7 @@ def model_parallel_rng():
     return get_rng_tracker().fork()
 
 
-class ShardedDropout(torch.nn.Dropout):
+class ShardedDropout(Dropout):
     """Dropout on TP-sharded activations: draws from the model-parallel stream."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -31,8 +31,9 @@ from ..models.loss import blocked_cross_entropy
 from ..models.t5 import RelativePositionBias, T5Stack
 from ..models.mlp import MLP
 from ..models.transformer import Attention, AttentionCore, CrossEntropy, Embedding, TransformerBlock
-from .collectives import (copy_to_tp, gather_from_sequence, group_rank, group_size, reduce_from_tp,
-                          reduce_scatter_to_sequence, scatter_to_sequence)
+from .collectives import (SEQ_DIM, copy_to_tp, gather_from_sequence, gather_sequence_for_linears, group_rank,
+                          group_size, reduce_from_tp, reduce_scatter_to_sequence, scatter_to_sequence,
+                          start_gather, start_reduce_scatter)
 from .random import ShardedDropout, model_parallel_rng
 
 
@@ -62,7 +63,59 @@ class ColumnParallelLinear(nn.Module):
         self.gemm = F.linear  # the local matmul; --precision fp8 swaps in mwb.core.models.fp8.fp8_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tag = getattr(x, "_sp_shard", None)
+        if tag is not None and self.gemm is F.linear and torch.is_grad_enabled():
+            local, shard = tag
+            shard.users += 1
+            return _SequenceGatheredLinear.apply(local, x.detach(), self.weight, self.bias, shard)
         return self.gemm(x, self.weight, self.bias)
+
+
+class _SequenceGatheredLinear(torch.autograd.Function):
+    """``F.linear(all_gather_s(x_local), W, b)`` that keeps only ``x_local`` (and W) for backward, as
+    Megatron's column-parallel linear does under sequence parallelism.
+
+    The forward is handed the already gathered input (the TP region's entry gathered it once for q, k and v,
+    or FC1 and the gate); it is not saved. Backward starts the re-gather of the local shard (shared by the
+    linears of one :class:`~.collectives.SequenceShard`), computes ``grad_input = g·W`` meanwhile, starts
+    the reduce-scatter of ``grad_input`` over the sequence and computes ``grad_W = gᵀ·x`` from the
+    re-gathered input while it runs. Each linear reduce-scatters its own ``grad_input`` into the shard's
+    gradient (autograd sums them), so the gradient never depends on which linears ran backward.
+    The fp8 gemm and plain ``no_grad`` calls keep the ordinary path (they save the gathered input).
+    """
+
+    @staticmethod
+    def forward(ctx, x_local, x_full, weight, bias, shard):
+        ctx.save_for_backward(x_local, weight)
+        ctx.shard, ctx.has_bias = shard, bias is not None
+        return F.linear(x_full, weight, bias)
+
+    @staticmethod
+    def backward(ctx, g):
+        x_local, weight = ctx.saved_tensors
+        shard = ctx.shard
+        finish_gather = None
+        if shard.full is None and ctx.needs_input_grad[2]:
+            finish_gather = start_gather(x_local, SEQ_DIM, shard.group)
+        gx = None
+        finish_rs = None
+        if ctx.needs_input_grad[0]:
+            gx = torch.matmul(g, weight)  # overlaps the all-gather
+            finish_rs = start_reduce_scatter(gx, SEQ_DIM, shard.group)
+        gw = gb = None
+        g2 = g.reshape(-1, g.size(-1))
+        if ctx.needs_input_grad[2]:
+            if finish_gather is not None:
+                shard.full = finish_gather()
+            full = shard.full
+            gw = g2.t().mm(full.reshape(-1, full.size(-1)))  # overlaps the reduce-scatter
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            gb = g2.sum(0)
+        shard.users -= 1
+        if shard.users <= 0:
+            shard.full = None  # the last linear of this input: drop the re-gathered copy
+        gx = finish_rs() if finish_rs is not None else None
+        return gx, None, gw, gb, None
 
 
 class RowParallelLinear(nn.Module):
@@ -135,8 +188,8 @@ class VocabParallelCrossEntropy(CrossEntropy):
 
 def _enter_region_hook(group, sp: bool):
     """Forward pre-hook: the module's input (and cross-attention ``kv_input``) enters the TP region."""
-    def enter(x):
-        return gather_from_sequence(x, group) if sp else copy_to_tp(x, group)
+    def enter(x):  # under SP the column-parallel linears keep only the local shard (_SequenceGatheredLinear)
+        return gather_sequence_for_linears(x, group) if sp else copy_to_tp(x, group)
 
     def hook(module, args, kwargs):
         args = (enter(args[0]),) + tuple(args[1:]) if args else args

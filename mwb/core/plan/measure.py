@@ -18,16 +18,14 @@ groups, head size and ``gated`` for SwiGLU.
 What the planner's accounting does not describe is returned by :func:`known_differences`, by name, so the
 measured-versus-predicted comparison states every byte it explains (``docs/benchmarks.md`` has the table):
 
-* ``sp_gathered_linear_inputs``: with sequence parallelism mwb's QKV and FC1 projections keep the
-  all-gathered ``[b, s, h]`` input (2·s·b·h·e each, instead of the 2·s·b·h·e/t shard Megatron keeps and
-  re-gathers in backward). This is the one large gap; it grows with t (at t = 8 the layer holds
-  ~(34/t + 3.5)·s·b·h bytes against the planner's 34/t).
 * ``norm_stats``: each LayerNorm keeps its mean and 1/std (one element per token each); on CUDA, each
   RMSNorm keeps a float32 1/rms per token (measured on an H200: the 1 KiB left over at s=32, b=4).
 * ``rmsnorm_fp32``: ``nn.RMSNorm`` on 16-bit input on CPU computes in float32 and keeps a float32 copy of
   its input and of the normalised input (plus 1/rms) instead of the 16-bit input: 8 bytes per element, not 2.
-* ``cpu_dropout_masks``: CPU dropout multiplies by a mask in the activation dtype (2 bytes per element in
-  bf16), where CUDA's fused dropout keeps a 1-byte mask.
+
+Two former differences are gone: under sequence parallelism the QKV and FC1 projections keep only the local
+``[b, s/t, h]`` shard and all-gather it again in backward (``tensor_parallel._SequenceGatheredLinear``, as
+Megatron does), and hidden dropout keeps a 1-byte boolean mask on CPU too (:mod:`mwb.core.models.dropout`).
 * ``gqa_repeated_kv``: on torch < 2.5 (no ``enable_gqa``), grouped-query attention repeats k and v to
   every query head before ``scaled_dot_product_attention``, so the kernel keeps a-head k and v, not g-head.
   From torch 2.5 the kernel shares the kv heads itself and keeps g-head k and v, as the planner counts.
@@ -245,8 +243,6 @@ def known_differences(case: LayerCase, dtype_bytes: int = 2) -> dict:
     plan = activation_breakdown(s, b, h, a, t, case.sp, case.recompute, e, **shape_keywords(case))
     rep = 1 / t if case.sp else 1.0  # replicated-region tensors are split over t only with SP
     d, g = case.head_dim, case.groups or a
-    if case.sp and t > 1:
-        out["sp_gathered_linear_inputs"] = 2 * e * s * b * h * (1 - rep)
     cpu = case.device == "cpu"
     if case.normalization == "layernorm":  # mean and 1/std per token, two norms (float32 on CUDA)
         out["norm_stats"] = 2 * 2 * (e if cpu else 4) * s * b * rep
@@ -254,8 +250,6 @@ def known_differences(case: LayerCase, dtype_bytes: int = 2) -> dict:
         out["rmsnorm_fp32"] = 2 * ((8 - e) * s * b * h + 4 * s * b) * rep
     else:  # CUDA's fused RMSNorm keeps the 16-bit input and a float32 1/rms per token, two norms
         out["norm_stats"] = 2 * 4 * s * b * rep
-    if case.dropout > 0 and cpu:  # CPU dropout keeps a mask in the activation dtype, not 1 byte
-        out["cpu_dropout_masks"] = 2 * (e - 1) * s * b * h * rep
     if case.activation == "swiglu":
         out["swiglu_product_inputs"] = e * s * b * case.ffn_size / t
     if _fused_attention(case):
