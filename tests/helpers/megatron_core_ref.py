@@ -24,6 +24,19 @@ import torch
 import torch.nn.functional as F
 
 
+
+def tiny_specs(vocab: int, padded_vocab: int, seeds: tuple, llama_groups: int) -> dict:
+    """The two tiny architectures the Megatron/NeMo reader tests build in megatron-core: GPT-2-like (learned
+    positions, LayerNorm, gelu, tied) and Llama-like (RoPE, RMSNorm, SwiGLU, GQA, untied, no bias)."""
+    return {
+        "gpt2like": {"num_layers": 2, "hidden_size": 32, "heads": 4, "groups": 4, "ffn": 64, "norm": "LayerNorm",
+                     "swiglu": False, "bias": True, "pos": "learned_absolute", "tied": True, "max_pos": 64,
+                     "vocab": vocab, "padded_vocab": padded_vocab, "seed": seeds[0]},
+        "llamalike": {"num_layers": 2, "hidden_size": 32, "heads": 8, "groups": llama_groups, "ffn": 48,
+                      "norm": "RMSNorm", "swiglu": True, "bias": False, "pos": "rope", "tied": False, "max_pos": 64,
+                      "vocab": vocab, "padded_vocab": padded_vocab, "seed": seeds[1]},
+    }
+
 def build(spec: dict):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec

@@ -18,19 +18,13 @@ import torch
 from mwb.core.compose import load_full_model
 from mwb.core.convert import convert
 from tests.helpers.megatron_core_ckpt import write_core_torch
+from tests.helpers.megatron_core_ref import tiny_specs
 from tests.helpers.needs import needs
 
 pytestmark = needs("megatron.core")
 
 V = 101
-SPECS = {
-    "gpt2like": {"num_layers": 2, "hidden_size": 32, "heads": 4, "groups": 4, "ffn": 64, "norm": "LayerNorm",
-                 "swiglu": False, "bias": True, "pos": "learned_absolute", "tied": True, "max_pos": 64,
-                 "vocab": V, "padded_vocab": 128, "seed": 1},
-    "llamalike": {"num_layers": 2, "hidden_size": 32, "heads": 8, "groups": 4, "ffn": 48, "norm": "RMSNorm",
-                  "swiglu": True, "bias": False, "pos": "rope", "tied": False, "max_pos": 64,
-                  "vocab": V, "padded_vocab": 128, "seed": 2},
-}
+SPECS = tiny_specs(V, 128, (1, 2), llama_groups=4)
 
 
 @pytest.fixture(scope="module")

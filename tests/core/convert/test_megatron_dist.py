@@ -20,19 +20,13 @@ from safetensors.torch import load_file
 from mwb.core.compose import load_full_model
 from mwb.core.convert import convert
 from tests.helpers.cli import run_cli
+from tests.helpers.megatron_core_ref import tiny_specs
 from tests.helpers.needs import needs
 
 pytestmark = needs("megatron.core")
 
 V = 101
-SPECS = {
-    "gpt2like": {"num_layers": 2, "hidden_size": 32, "heads": 4, "groups": 4, "ffn": 64, "norm": "LayerNorm",
-                 "swiglu": False, "bias": True, "pos": "learned_absolute", "tied": True, "max_pos": 64,
-                 "vocab": V, "padded_vocab": 104, "seed": 3},
-    "llamalike": {"num_layers": 2, "hidden_size": 32, "heads": 8, "groups": 2, "ffn": 48, "norm": "RMSNorm",
-                  "swiglu": True, "bias": False, "pos": "rope", "tied": False, "max_pos": 64,
-                  "vocab": V, "padded_vocab": 104, "seed": 4},
-}
+SPECS = tiny_specs(V, 104, (3, 4), llama_groups=2)
 
 
 def _run_ref(specs: dict, d) -> dict:

@@ -24,6 +24,7 @@ from mwb.core.compose import load_full_model
 from mwb.core.convert import ConversionError, convert
 from tests.helpers.cli import run_cli
 from tests.helpers.megatron_legacy import write_gpt2
+from tests.helpers.megatron_core_ref import tiny_specs
 from tests.helpers.needs import needs
 
 V = 101
@@ -124,14 +125,7 @@ def test_bad_nemo_fails_in_one_line_writing_nothing(gpt2, tmp_path, capsys, case
     assert not dst.exists() and not [n for n in os.listdir(tmp_path) if n.startswith(".out")]
 
 
-SPECS = {
-    "gpt2like": {"num_layers": 2, "hidden_size": 32, "heads": 4, "groups": 4, "ffn": 64, "norm": "LayerNorm",
-                 "swiglu": False, "bias": True, "pos": "learned_absolute", "tied": True, "max_pos": 64,
-                 "vocab": V, "padded_vocab": 104, "seed": 5},
-    "llamalike": {"num_layers": 2, "hidden_size": 32, "heads": 8, "groups": 2, "ffn": 48, "norm": "RMSNorm",
-                  "swiglu": True, "bias": False, "pos": "rope", "tied": False, "max_pos": 64,
-                  "vocab": V, "padded_vocab": 104, "seed": 6},
-}
+SPECS = tiny_specs(V, 104, (5, 6), llama_groups=2)
 
 
 @pytest.fixture(scope="module")
