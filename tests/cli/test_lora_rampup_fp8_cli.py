@@ -87,6 +87,7 @@ def test_rampup_logs_the_global_batch_of_every_step(tmp_path):
 
 def test_fp8_on_cpu_says_it_emulates(tmp_path):
     proc = mwb("pretrain", "gpt", "--out", str(tmp_path / "f"), "--steps", "2", "--precision", "fp8",
-               "--set", "model.num_layers=3", *SMALL)
+               *SMALL, "--set", "model.num_layers=3")  # after SMALL's 2 layers: the later --set wins
     assert proc.stderr.count("fp8 is emulated on CPU") == 1
+    assert "fp8 on 1 of 3 layers" in proc.stderr
     assert len(records(str(tmp_path / "f"))) == 2
