@@ -136,20 +136,17 @@ def convert(src: str, dst: str, overwrite: bool = False) -> tuple[str, str, str]
     if os.path.exists(dst) and (not os.path.isdir(dst) or os.listdir(dst)) and not overwrite:
         raise ConversionError(f"{os.path.abspath(dst)} exists and is not empty; choose another destination "
                               f"(or --force to replace it)")
-    if is_hf_dir(src):
-        out, fam = hf_to_mwb(src, dst, overwrite)
-        return "hf-to-mwb", out, fam
-    if is_gguf(src):
-        out, fam = gguf_to_mwb(src, dst, overwrite)
-        return "gguf-to-mwb", out, fam
-    if is_megatron(src):
-        out, fam = megatron_to_mwb(src, dst, overwrite)
-        return "megatron-to-mwb", out, fam
-    if is_nemo(src):
-        out, fam = nemo_to_mwb(src, dst, overwrite)
-        return "nemo-to-mwb", out, fam
+    for name, detect, into_mwb in _READERS:
+        if detect(src):
+            out, fam = into_mwb(src, dst, overwrite)
+            return f"{name}-to-mwb", out, fam
     out, fam = mwb_to_hf(src, dst, overwrite)
     return "mwb-to-hf", out, fam
+
+
+# Every foreign format mwb reads, in the order ``convert`` tries them (an mwb checkpoint is what is left).
+_READERS = (("hf", is_hf_dir, hf_to_mwb), ("gguf", is_gguf, gguf_to_mwb), ("megatron", is_megatron, megatron_to_mwb),
+            ("nemo", is_nemo, nemo_to_mwb))
 
 
 __all__ = ["ConversionError", "FAMILIES", "convert", "family_for_mwb", "gguf_to_mwb", "hf_to_mwb", "is_hf_dir",

@@ -117,11 +117,12 @@ def _arg(args, name: str, default=None, *, need: bool = False, where: str = ""):
     return value
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
+def flatten_tensors(tree: dict, prefix: str = "") -> dict:
+    """The tensors of a nested state dict under dotted names (``{"a": {"b": t}}`` → ``{"a.b": t}``)."""
     out = {}
     for k, v in tree.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten_tensors(v, f"{prefix}{k}."))
         elif isinstance(v, torch.Tensor):
             out[prefix + k] = v
     return out
@@ -138,20 +139,20 @@ def _stage_tensors(ck: dict, file: str) -> dict:
         return megatron_core.uniform(model, file)
     lm = model.get("language_model", model)
     out = {}
-    for k, v in _flatten(lm.get("embedding", {})).items():
+    for k, v in flatten_tensors(lm.get("embedding", {})).items():
         out["embedding." + k] = v
     body = lm.get("encoder", lm.get("transformer", {}))
-    for k, v in _flatten(body).items():
+    for k, v in flatten_tensors(body).items():
         k = (k.replace(".self_attention.", ".attn.").replace(".attention.", ".attn.")
              .replace(".input_norm.", ".input_layernorm.").replace(".post_attention_norm.", ".post_attention_layernorm."))
         if k.startswith(("final_layernorm.", "final_norm.")):
             k = "final_norm." + k.split(".", 1)[1]
         out[k] = v
     for part in ("pooler", "output_layer"):
-        for k, v in _flatten(lm.get(part, {})).items():
+        for k, v in flatten_tensors(lm.get(part, {})).items():
             out[f"{part}.{k}"] = v
     for part in ("lm_head", "binary_head"):
-        for k, v in _flatten(model.get(part, {})).items():
+        for k, v in flatten_tensors(model.get(part, {})).items():
             out[f"{part}.{k}"] = v
     return out
 

@@ -22,6 +22,7 @@ import yaml
 
 from mwb.core.compose import load_full_model
 from mwb.core.convert import ConversionError, convert
+from mwb.core.convert.megatron_legacy import flatten_tensors
 from tests.helpers.cli import run_cli
 from tests.helpers.megatron_legacy import write_gpt2
 from tests.helpers.megatron_core_ref import tiny_specs
@@ -55,16 +56,6 @@ def _tok_cfg() -> dict:
             "vocab_file": "nemo:abc123_vocab.json", "merge_file": "nemo:def456_merges.txt"}
 
 
-def _flat(tree: dict, prefix: str) -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        elif isinstance(v, torch.Tensor):
-            out[prefix + k] = v
-    return out
-
-
 @pytest.fixture(scope="module")
 def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -80,7 +71,7 @@ def _legacy_nemo(gpt2, tmp_path, tp: int = 1, drop: str = "", tok_n: int = V, gz
     for t in range(tp):
         model = torch.load(os.path.join(d, f"mp_rank_{t:02d}", "model_optim_rng.pt"), weights_only=False)["model"]
         name = "model_weights.ckpt" if tp == 1 else f"mp_rank_{t:02d}/model_weights.ckpt"
-        shards[name] = _flat({"language_model": model["language_model"]}, "model.")
+        shards[name] = flatten_tensors({"language_model": model["language_model"]}, "model.")
     c = gpt2.config
     cfg = {"num_layers": c.n_layer, "hidden_size": c.n_embd, "ffn_hidden_size": 4 * c.n_embd,
            "num_attention_heads": c.n_head, "max_position_embeddings": c.n_positions,
