@@ -48,8 +48,9 @@ def evaluate(task, lm, data: Optional[str] = None, state=None, limit: Optional[i
     """Metrics of ``task`` on ``data`` (or its bundled sample) for the model in ``lm``; same on every rank.
 
     Returns ``{"metrics": {...}, "num_items": N, "seconds": s}``. ``limit`` keeps the first N examples.
-    ``records``: also ``"records"``, the task's per-item records (``task.item_records``) of the gathered
-    results — in item order, so they do not depend on the number of ranks either."""
+    ``records``: also ``"records"``, the task's per-item records of the gathered results (``task.score``
+    gives them with the metrics) — in item order, so they do not depend on the number of ranks either — and
+    the evaluated ``"examples"``."""
     t0 = time.perf_counter()
     examples = task.load(data)
     if limit:
@@ -59,9 +60,12 @@ def evaluate(task, lm, data: Optional[str] = None, state=None, limit: Optional[i
     indices = list(range(rank, len(items), size))
     results = task.run(lm, [items[i] for i in indices]) if indices else []
     ordered = gather_ordered(results, indices, len(items), rank, size, group)
-    metrics = task.aggregate(ordered)
+    if records:  # the metrics and the records from one scoring of the results
+        metrics, recs = task.score(ordered)
+    else:
+        metrics, recs = task.aggregate(ordered), None
     report = {"metrics": metrics, "num_items": len(items), "num_examples": len(examples),
               "seconds": round(time.perf_counter() - t0, 3), "dp_size": size}
     if records:
-        report["records"] = task.item_records(ordered)
+        report["records"], report["examples"] = recs, examples
     return report

@@ -29,7 +29,7 @@ import math
 import os
 from dataclasses import dataclass
 from numbers import Real
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -204,21 +204,38 @@ def _number(v, metric: str, rid: str) -> float:
     return float(v)
 
 
-def metric_parts(records: Sequence[dict], metric: str) -> MetricParts:
+_KIND_KEYS = {"f1": _F1_KEYS, "precision": _F1_KEYS, "recall": _F1_KEYS, "macro_f1": _MACRO_KEYS,
+              "ppl": _NLL_KEYS, "nll": _NLL_KEYS}
+
+
+def declared_kind(kind: str, metric: str, value) -> str:
+    """``kind``, a metric's declared aggregation (:mod:`.metric_specs`), when ``value`` has its form (a number
+    for ``mean``, the kind's parts dict otherwise), else a DataError: the name no longer decides the kind."""
+    keys = set(value) if isinstance(value, dict) else None
+    if (keys is None) != (kind == "mean") or (keys is not None and keys != set(_KIND_KEYS.get(kind, ()))):
+        raise DataError(f"metric {metric!r} is declared {kind} but an item holds {value!r}")
+    return kind
+
+
+def metric_parts(records: Sequence[dict], metric: str, kind: Optional[str] = None) -> MetricParts:
     """``metric``'s per-item parts from ``records`` (see the module docstring for the value forms). Every record
     must carry the metric in the same form; a missing value, a string, a negative count or a non-positive
-    token count is a DataError naming the item."""
+    token count is a DataError naming the item. ``kind``: the declared aggregation (else the parts and the
+    name say which)."""
     if not records:
         raise DataError(f"metric {metric!r}: no items")
-    ids, rows, kind = [], [], None
+    declared, kind = kind, None
+    ids, rows = [], []
     for r in records:
         rid = r.get("id")
         if metric not in r:
             present = sorted(k for k in r if k not in ("id", "prediction", "gold"))
             raise DataError(f"item {rid!r} has no metric {metric!r} (it has: {', '.join(present) or 'none'})")
         v = r[metric]
+        if declared is not None:
+            declared_kind(declared, metric, v)
         if isinstance(v, dict):
-            k = corpus_kind(metric, v)
+            k = declared or corpus_kind(metric, v)
             order = {"macro_f1": _MACRO_KEYS, "ppl": _NLL_KEYS, "nll": _NLL_KEYS}.get(k, _F1_KEYS)
             row = [_number(v[name], f"{metric}.{name}", rid) for name in order]
             if min(row) < 0:

@@ -6,11 +6,13 @@ A task file declares four things and nothing else:
                              ``datasets`` loads, or the bundled sample (``default_data``)
 ``inputs(example, tok, n)``  how one example becomes model inputs (depends on the objective, below)
 ``objective``                what the model is trained / scored on, one of :data:`OBJECTIVES`
-``metrics(preds, examples)`` the task's numbers from per-example predictions
 
-and, where its metrics are not its objective's defaults, ``records(preds, examples)``: one record per item
-for ``predictions.jsonl`` (id, prediction, gold, each per-item metric or its parts) that aggregates back to
-``metrics`` (:mod:`mwb.evaluation.predictions`; defaults in :mod:`.records`).
+and, where its numbers are not its objective's defaults, ``records(preds, examples)`` — one record per item
+for ``predictions.jsonl`` (id, prediction, gold, each per-item metric or its parts) — with ``metric_specs``,
+each ``results.json`` metric's name and kind (:class:`~mwb.evaluation.metric_specs.MetricSpec`; a corpus
+metric with no per-item parts declares its own function of the records). One function aggregates the
+metrics from the records; task-level numbers that are not per item come from ``summary``. Records first:
+a task never computes a metric apart from its records (defaults in :mod:`.records`).
 
 Objectives and what ``inputs`` returns for them:
 
@@ -39,6 +41,7 @@ import numpy as np
 
 from mwb.core.config import ConfigError
 from mwb.core.data.spans import pair_inputs  # noqa: F401  (task files build sentence pairs with it)
+from mwb.evaluation.metric_specs import MetricSpec, aggregate_metrics
 
 from .objectives import (CLASSIFICATION, CUSTOM, ENCODER_OBJECTIVES, GENERATIVE, MULTIPLE_CHOICE,  # noqa: F401
                          OBJECTIVES, REGRESSION, SPAN, TOKEN_CLASSIFICATION, GenerationOptions, Objective)
@@ -80,6 +83,7 @@ class Task:
     default_data: ClassVar[Optional[str]] = None  # the bundled sample in the official layout
     num_labels: ClassVar[int] = 2         # classification / token classification heads
     metric: ClassVar[str] = "accuracy"    # picks the best fine-tuning checkpoint (higher is better)
+    metric_specs: ClassVar[Optional[tuple[MetricSpec, ...]]] = None  # None: the objective's (declared_metrics)
     train_split: ClassVar[str] = "train"
     eval_split: ClassVar[str] = "dev"
     options: ClassVar[dict[str, Option]] = {
@@ -125,9 +129,9 @@ class Task:
         :func:`~.setup.eval_checkpoint` (the newest fine-tuning run of a trainable task, else the newest GPT)."""
         return None
 
-    def files(self) -> dict[str, str]:
+    def files(self, metrics: dict, records: list[dict], examples: list[dict]) -> dict[str, str]:
         """Files written beside ``results.json`` after an evaluation, name → text (the generations, a sweep's
-        table); read after :meth:`aggregate`. Default: none."""
+        table): a function of the evaluation's metrics, records and examples. Default: none."""
         return {}
 
     # --- what a task file writes ------------------------------------------------------------------------
@@ -158,9 +162,31 @@ class Task:
         one feature per example, so the outputs themselves; SQuAD pools its doc-stride windows here."""
         return outputs
 
+    def declared_metrics(self) -> tuple[MetricSpec, ...]:
+        """The ``results.json`` metrics and how each aggregates from :meth:`records`
+        (:class:`~mwb.evaluation.metric_specs.MetricSpec`): the task's ``metric_specs``, else its objective's."""
+        return self.metric_specs if self.metric_specs is not None else self.objective.metric_specs
+
+    def summary(self, preds: list, examples: list[dict], records: list[dict]) -> dict:
+        """Task-level numbers that are not per item (the data's count of entities, a fixed prompt's size),
+        each declared in :meth:`declared_metrics` with kind ``summary``; computed here once. Default: none."""
+        return {}
+
+    def outcome(self, preds: list, examples: list[dict]) -> tuple[list[dict], dict]:
+        """``(records, summary)`` of per-example predictions. A task whose records and summary share one
+        costly computation (dialogue's actor ranker) overrides this instead of the two."""
+        records = self.records(preds, examples)
+        return records, self.summary(preds, examples, records)
+
+    def evaluation(self, preds: list, examples: list[dict]) -> tuple[dict, list[dict]]:
+        """``(metrics, records)``: the records and the declared metrics, aggregated from them (and the
+        summary's numbers) by the one function (:func:`~mwb.evaluation.metric_specs.aggregate_metrics`)."""
+        records, extra = self.outcome(preds, examples)
+        return aggregate_metrics(records, self.declared_metrics(), extra), records
+
     def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        """The task's numbers; default: its objective's (:meth:`~.objectives.Objective.metrics`)."""
-        return self.objective.metrics(self, preds, examples)
+        """The task's numbers (:meth:`evaluation`'s metrics); tasks declare them, they do not override this."""
+        return self.evaluation(preds, examples)[0]
 
     def generation(self) -> GenerationOptions:
         """How a generative task decodes when scored: :class:`~.objectives.GenerationOptions`'s declared
@@ -170,11 +196,11 @@ class Task:
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """One record per evaluated item for ``OUT/predictions.jsonl`` (:mod:`mwb.evaluation.predictions`):
         a stable string ``"id"`` (the dataset's own id, else a hash of the input), ``"prediction"``, ``"gold"``
-        and each per-item metric under its ``results.json`` name — a number where :meth:`metrics` reports a
-        mean, the parts (``tp``/``fp``/``fn``, ``nll``/``tokens``) where it reports a corpus metric — so
-        ``predictions.aggregate(records, m)`` gives back metric ``m``. ``preds`` are what :meth:`metrics`
-        receives (a custom task: its ``run`` results in item order). Default: the records of the default
-        metrics (:func:`.records.default_records`); a task whose :meth:`metrics` differ overrides both."""
+        and each per-item metric under its ``results.json`` name — a number for a mean, the parts
+        (``tp``/``fp``/``fn``, ``nll``/``tokens``) for a corpus metric — from which :meth:`declared_metrics`
+        aggregate. ``preds`` are per-example predictions (a custom task: its ``run`` results in item order).
+        Default: the objective's (:func:`.records.default_records`); a task that overrides it declares
+        ``metric_specs`` too."""
         return default_records(self, preds, examples)
 
     def prepare(self, path: str) -> None:
@@ -223,6 +249,12 @@ class Task:
         if self.objective.pools:
             results = self.predictions(results, self.items, self.examples)
         return self.objective.finish_records(self.records(results, self.examples))
+
+    def score(self, results: list) -> tuple[dict, list[dict]]:
+        """The harness's last step: ``(metrics, records)`` of ``run``'s results, the records computed once
+        where the objective scores through :meth:`evaluation` (a custom task: its :meth:`aggregate` and
+        :meth:`item_records`)."""
+        return self.objective.score(self, results)
 
     def describe(self) -> dict:
         """What results.json records about the task besides its metrics."""

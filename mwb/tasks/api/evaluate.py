@@ -59,6 +59,8 @@ def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[st
                    "num_examples": report["num_examples"], "seconds": report["seconds"], "world_size": world,
                    **report["extra"]})
         report["predictions"] = write_predictions(out, report["records"])
-        for name, text in task.files().items():  # e.g. a sweep's table, next to results.json
-            atomic_write_text(os.path.join(out, name), text)
+        for name, text in task.files(report["metrics"], report["records"], report["examples"]).items():
+            path = os.path.join(out, name)  # e.g. a sweep's table next to results.json; an absolute name as is
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write_text(path, text)
     return report

@@ -101,11 +101,11 @@ def rank_main(tree: dict, job: dict) -> None:
                             metrics={k: v for k, v in rec.items() if k != "step"})
         if best["step"] is not None:  # the kill may have come between a checkpoint and this file
             atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{best['step']}\n")
-    epoch_preds: list = []  # this epoch's dev predictions (encoder tasks): the best epoch's become its records
+    epoch_records: list = []  # this epoch's dev records (encoder tasks): the best epoch's are written
 
     def epoch_metrics(tr) -> dict:
-        metrics, preds = obj.epoch_metrics(task, tr, dev_f, dev_ex, dev_steps)
-        epoch_preds[:] = [] if preds is None else [preds]
+        metrics, records = obj.epoch_metrics(task, tr, dev_f, dev_ex, dev_steps)
+        epoch_records[:] = [] if records is None else [records]
         return metrics
 
     def after_step(tr, res, stop):
@@ -115,8 +115,8 @@ def rank_main(tree: dict, job: dict) -> None:
             logger.log_eval(res.step, metrics)
             history.append({"step": res.step, **metrics})
             improved = better(metric, metrics[metric], best["value"])
-            if improved and rank == 0 and epoch_preds:  # before the checkpoint: a run resumed from it keeps them
-                write_predictions(out, task.records(epoch_preds[0], dev_ex))
+            if improved and rank == 0 and epoch_records:  # before the checkpoint: a run resumed from it keeps them
+                write_predictions(out, epoch_records[0])
             path = checkpoint.save(tr, ckpt_root, keep_last=0, extra_files={"tokenizer": job["tokenizer"]})
             if improved:
                 best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics)
@@ -194,6 +194,6 @@ def finetune(task_name: str, cfg: RunConfig, job: dict, nproc: Optional[int]) ->
                       extra={**{k: v for k, v in results.items() if k not in ("task", "metrics", "checkpoint",
                                                                              "config", "time", "mwb", "torch")},
                              **report["extra"]})
-        for name, text in task.files().items():  # e.g. the generations, next to results.json
+        for name, text in task.files(report["metrics"], report["records"], report["examples"]).items():  # e.g. the generations, next to results.json
             atomic_write_text(os.path.join(job["out"], name), text)
     return results

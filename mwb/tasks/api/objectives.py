@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mwb.evaluation.metrics import squad_exact_match, squad_f1
+from mwb.evaluation.metric_specs import MetricSpec
 
 from .spec import ENCODER_ARCHES, ENCODER_START, GENERATIVE_ARCHES, GENERATIVE_START, Start
 
@@ -43,11 +43,6 @@ class GenerationOptions:
                    length_penalty=opts.get("length_penalty", d.length_penalty),
                    no_repeat_ngram=opts.get("no_repeat_ngram") or d.no_repeat_ngram,
                    batch_size=opts.get("batch_size") or d.batch_size)
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else float("nan")
 
 
 class Objective:
@@ -97,10 +92,10 @@ class Objective:
         return task.metric
 
     def epoch_metrics(self, task, trainer, dev_f: list, dev_ex: list, dev_steps: int) -> tuple[dict, Optional[list]]:
-        """``(metrics, predictions)`` of one epoch's dev evaluation; predictions (None: none) become the best
-        epoch's records."""
+        """``(metrics, records)`` of one epoch's dev evaluation; the records (None: none) become the best
+        epoch's ``predictions.jsonl``."""
         preds = self.training(task).dev_predictions(task, trainer, dev_f, dev_ex)
-        return task.metrics(preds, dev_ex), preds
+        return task.evaluation(preds, dev_ex)
 
     # --- evaluation harness -----------------------------------------------------------------------------
     def _harness(self, task):
@@ -126,8 +121,12 @@ class Objective:
         return logits.argmax(-1).tolist()
 
     # --- metrics and records ------------------------------------------------------------------------------
-    def metrics(self, task, preds: list, examples: list) -> dict:
-        return {"accuracy": _mean(int(p == e["label"]) for p, e in zip(preds, examples)), "count": len(preds)}
+    metric_specs: tuple = ()  # how its default records aggregate (a custom task declares its own)
+
+    def score(self, task, results: list) -> tuple[dict, list[dict]]:
+        """The harness's ``(metrics, records)``: a custom task's own :meth:`~.base.Task.aggregate` and
+        :meth:`~.base.Task.item_records`."""
+        return task.aggregate(results), task.item_records(results)
 
     def records(self, task, preds: list, examples: list) -> list[dict]:
         raise NotImplementedError(f"task '{task.name}' (objective '{self.name}') must implement records() itself")
@@ -158,8 +157,15 @@ class EncoderObjective(Objective):
         from . import encoder_objective
         return encoder_objective
 
+    metric_specs = (MetricSpec("accuracy", "mean"), MetricSpec("count", "count"))
+
     def context_length(self, runner) -> Optional[int]:
         return None  # the checkpoint's training length, chosen by the encoder's load_model
+
+    def score(self, task, results):
+        """Pooled per-example predictions → :meth:`~.base.Task.evaluation`, its records computed once."""
+        metrics, records = task.evaluation(task.predictions(results, task.items, task.examples), task.examples)
+        return metrics, self.finish_records(records)
 
     def records(self, task, preds, examples):
         from .records import accuracy_records
@@ -209,10 +215,11 @@ class GenerativeObjective(Objective):
         loss = trainer.evaluate(dev_steps)  # target-token loss over ⌊dev/G⌋ global batches (at least one)
         return {"dev_loss": loss, "dev_ppl": math.exp(min(loss, 50.0))}, None
 
-    def metrics(self, task, preds, examples):
-        golds = [task.inputs(e, None, 0)["target"] for e in examples]
-        return {"exact_match": _mean(squad_exact_match(p, g) for p, g in zip(preds, golds)),
-                "f1": _mean(squad_f1(p, g) for p, g in zip(preds, golds)), "count": len(preds)}
+    metric_specs = (MetricSpec("exact_match", "mean"), MetricSpec("f1", "mean"), MetricSpec("count", "count"))
+
+    def score(self, task, results):
+        metrics, records = task.evaluation(results, task.examples)
+        return metrics, self.finish_records(records)
 
     def records(self, task, preds, examples):
         from .records import generation_records

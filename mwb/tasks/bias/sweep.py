@@ -67,12 +67,12 @@ class BiasSweep(BiasTask):
                 vals = [self.cell(k, s)[m] for s in self.seeds]
                 out[f"k{k}_mean_{m}"], out[f"k{k}_std_{m}"] = float(np.mean(vals)), float(np.std(vals))
         out["queries"] = self.per_config[self.configs()[0]]["count"]
-        self.table = sweep_table(self, out)
-        print(self.table, file=sys.stderr, flush=True)
+        print(sweep_table(self, out), file=sys.stderr, flush=True)
         return out
 
-    def files(self) -> dict[str, str]:
-        return {"bias_sweep.md": self.table}
+    def files(self, metrics: dict, records: list[dict], examples: list[dict]) -> dict[str, str]:
+        """``bias_sweep.md``: the table of the sweep's metrics."""
+        return {"bias_sweep.md": sweep_table(self, metrics)}
 
 
 def sweep_table(task: BiasSweep, metrics: dict) -> str:

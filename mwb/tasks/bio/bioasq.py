@@ -21,12 +21,12 @@ import numpy as np
 from mwb.core.data.spans import nbest_spans, span_inputs
 from mwb.core.errors import DataError
 
-from ..api.base import Option, Task
+from ..api.base import MetricSpec, Option, Task
 from ..api.formats.splits import split_file
 from ..api.formats.squad_json import read_squad_json
 from ..api.registry import register
 from ..api.objectives import SPAN
-from .bioasq_metrics import factoid_scores, pool_answers, question_scores, read_golden
+from .bioasq_metrics import pool_answers, question_scores, read_golden
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "bioasq_sample")
 QID_CHARS = 24
@@ -85,12 +85,14 @@ class BioASQ(Task):
             golden[e["qid"]] += [g for g in gold if g not in golden[e["qid"]]]
         return {qid: pool_answers(c) for qid, c in pooled.items()}, golden
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        answers, golden = self.pooled(preds, examples)
-        return {**factoid_scores(answers, golden), "snippets": len(examples)}
+    metric_specs = tuple(MetricSpec(m, "mean", empty=0.0) for m in ("strict_accuracy", "lenient_accuracy", "mrr")) \
+        + (MetricSpec("questions", "count"), MetricSpec("snippets", "summary"))
+
+    def summary(self, preds: list, examples: list[dict], records: list[dict]) -> dict:
+        return {"snippets": len(examples)}  # what the questions' answers were pooled from
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
-        """Per question (id: the 24-character BioASQ question id; its snippets pooled as in :meth:`metrics`):
+        """Per question (id: the 24-character BioASQ question id; its snippets its snippets' answers pooled):
         ``strict_accuracy``, ``lenient_accuracy`` (0/1) and ``mrr`` (the reciprocal rank)."""
         answers, golden = self.pooled(preds, examples)
         return [{"id": qid, "prediction": answers.get(qid, []), "gold": gold,

@@ -20,13 +20,13 @@ import numpy as np
 
 from mwb.core.errors import DataError
 
-from ..api.base import Task, single_inputs
+from ..api.base import MetricSpec, Task, single_inputs
 from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file
 from ..api.records import example_ids
 from ..api.registry import register
 from ..api.objectives import CLASSIFICATION
-from .classification_metrics import micro_prf, prf_counts
+from .classification_metrics import prf_counts
 
 LABELS = ("false", "CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9")
 RELATIONS = LABELS[1:]
@@ -73,10 +73,15 @@ class ChemProt(Task):
         return {**single_inputs(tokenizer.encode(example["sentence"]), tokenizer, seq_length),
                 "label": np.array(example["label"], dtype=np.int64)}
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        res = micro_prf([LABELS[p] for p in preds], [LABELS[e["label"]] for e in examples], RELATIONS)
-        return {**res, "accuracy": sum(int(p == e["label"]) for p, e in zip(preds, examples)) / len(examples),
-                "count": len(examples)}
+    metric_specs = (MetricSpec("precision", "precision"), MetricSpec("recall", "recall"), MetricSpec("f1", "f1"),
+                    *(MetricSpec(m, "summary") for m in ("tp", "predicted", "gold")),
+                    MetricSpec("accuracy", "mean"), MetricSpec("count", "count"))
+
+    def summary(self, preds: list, examples: list[dict], records: list[dict]) -> dict:
+        """The micro counts over the five CPR classes: true positives, predicted and gold relations."""
+        parts = [r["f1"] for r in records]
+        return {"tp": sum(p["tp"] for p in parts), "predicted": sum(p["tp"] + p["fp"] for p in parts),
+                "gold": sum(p["tp"] + p["fn"] for p in parts)}
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per pair (id: the BLUE ``index`` column): ``accuracy`` 0/1 and the micro P/R/F1 parts over the five

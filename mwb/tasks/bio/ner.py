@@ -25,13 +25,13 @@ import numpy as np
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 
-from ..api.base import Option, Task
+from ..api.base import MetricSpec, Option, Task
 from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file as find_split
 from ..api.registry import register
 from ..api.spec import Finetuning, Start
 from ..api.objectives import TOKEN_CLASSIFICATION
-from .ner_metrics import entity_counts, entity_scores, split_tag
+from .ner_metrics import conlleval_f1, entity_counts, split_tag
 from .wnut16 import resolve
 
 SILVER = os.path.join(os.path.dirname(__file__), "bundled", "ner_silver_chem")
@@ -107,6 +107,11 @@ class NER(Task):
     description = "biomedical NER (BioBERT layout token<TAB>label): first-sub-token tagging, conlleval entity F1"
     objective = TOKEN_CLASSIFICATION
     metric = "f1"
+    metric_specs = (MetricSpec("precision", "precision"), MetricSpec("recall", "recall"),
+                    MetricSpec("f1", "corpus", fn=conlleval_f1("f1")),
+                    MetricSpec("f1_strict", "corpus", fn=conlleval_f1("f1_strict")),
+                    MetricSpec("entities_gold", "summary"), MetricSpec("entities_found", "summary"),
+                    MetricSpec("sentences", "count"))
     default_data = SILVER
     # no --checkpoint: minilm-l6 when installed; else a tiny BERT pretrained on real PubMed abstracts with the
     # biomedical vocabulary (``mwb pretrain bert --data pubmed``, mwb/core/data/pubmed.py), as BioMegatron starts
@@ -164,11 +169,8 @@ class NER(Task):
                         "f1": parts, "f1_strict": entity_counts(tags, e["tags"], "strict")})
         return out
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        pred_tags = self.tags(preds, examples)
-        gold = [e["tags"] for e in examples]
-        res = entity_scores(pred_tags, gold, "conlleval")
-        strict = entity_scores(pred_tags, gold, "strict")
-        return {"precision": res["precision"], "recall": res["recall"], "f1": res["f1"],
-                "f1_strict": strict["f1"], "entities_gold": res["gold"], "entities_found": res["found"],
-                "sentences": len(examples)}
+    def summary(self, preds: list, examples: list[dict], records: list[dict]) -> dict:
+        """The gold and found entity counts of the whole set (conlleval chunks), from the records' parts."""
+        parts = [r["f1"] for r in records]
+        return {"entities_gold": sum(p["tp"] + p["fn"] for p in parts),
+                "entities_found": sum(p["tp"] + p["fp"] for p in parts)}

@@ -65,7 +65,21 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
             raise ValueError(f"entity_scores: sentence {i} has {len(pred)} predicted tags for {len(ref)} words")
         p, g = set(entities(pred, mode)), set(entities(ref, mode))
         found, gold, correct = found + len(p), gold + len(g), correct + len(p & g)
+    return {**micro_scores(correct, found, gold), "found": found, "gold": gold, "correct": correct}
+
+
+def micro_scores(correct: int, found: int, gold: int) -> dict:
+    """conlleval's precision, recall and F1 = 2PR / (P + R) of summed counts (0 where undefined)."""
     precision = correct / found if found else 0.0
     recall = correct / gold if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "found": found, "gold": gold, "correct": correct}
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def conlleval_f1(field: str):
+    """The corpus F1 of the records' ``{tp, fp, fn}`` under ``field``, as conlleval computes it (2PR / (P + R),
+    which differs in the last bit from the parts' 2tp / (2tp + fp + fn)): a function for a ``corpus`` metric."""
+    def f1(records: Sequence[dict]) -> float:
+        tp, fp, fn = (sum(r[field][k] for r in records) for k in ("tp", "fp", "fn"))
+        return micro_scores(tp, tp + fp, tp + fn)["f1"]
+    return f1

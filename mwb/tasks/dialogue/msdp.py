@@ -27,7 +27,7 @@ from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.loading import load_language_model
 from mwb.retrieval.qa_system import minilm_dir
 
-from ..api.base import Option, Task
+from ..api.base import MetricSpec, Option, Task
 from ..api.records import example_ids
 from ..api.registry import register
 from ..api.objectives import CUSTOM
@@ -138,14 +138,15 @@ class MSDP(Task):
         return [{"knowledge": k, "response": r} for k, r in zip(knowledge, replies)]
 
     # --- metrics ----------------------------------------------------------------------------------------
-    def metrics(self, preds: list[dict], examples: list[dict]) -> dict[str, float]:
-        recs = self.records(preds, examples)
-        n = len(recs)
-        out = {k: sum(r[k] for r in recs) / n if n else 0.0 for k in self._scored()}
-        return {**out, "count": n, "response_examples": len(self.responses)}
+    def declared_metrics(self) -> tuple[MetricSpec, ...]:
+        """The means of the per-turn F1s (with two stages, also of the generated knowledge's) and the count."""
+        scored = ("f1", "kf1") if self.opts["knowledge_free"] else ("f1", "kf1", "knowledge_f1")
+        return (*(MetricSpec(k, "mean", empty=0.0) for k in scored), MetricSpec("count", "count"),
+                MetricSpec("response_examples", "summary"))
 
-    def _scored(self) -> tuple:
-        return ("f1", "kf1") if self.opts["knowledge_free"] else ("f1", "kf1", "knowledge_f1")
+    def summary(self, preds: list[dict], examples: list[dict], records: list[dict]) -> dict:
+        """How many fixed stage-2 examples every response prompt held (drawn when the items were built)."""
+        return {"response_examples": len(self.responses)}
 
     def records(self, preds: list[dict], examples: list[dict]) -> list[dict]:
         """Per turn (id: a hash of the test sample): the response's ``f1`` and ``kf1`` and (two stages) the

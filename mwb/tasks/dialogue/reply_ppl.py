@@ -44,8 +44,8 @@ def score_replies(lm, replies: list, items: list[dict]) -> list[dict]:
     return [{"reply": r, **reply_nll(lm, it["context_ids"], it["reply_ids"])} for r, it in zip(replies, items)]
 
 
-def reply_ppl_metrics(scored: list) -> dict:
-    """``reply_ppl`` (exp of summed NLL over summed tokens) and ``reply_tokens`` from ``[(nll, tokens)]``."""
-    tokens = sum(t for _, t in scored)
-    return {"reply_ppl": math.exp(sum(n for n, _ in scored) / tokens) if tokens else float("nan"),
-            "reply_tokens": tokens}
+def reply_ppl(records: list[dict]) -> float:
+    """The corpus reply perplexity of the records' ``reply_ppl`` parts: exp of summed NLL over summed tokens
+    (``math.exp``, as it has always been reported; NaN without tokens)."""
+    tokens = sum(r["reply_ppl"]["tokens"] for r in records)
+    return math.exp(sum(r["reply_ppl"]["nll"] for r in records) / tokens) if tokens else float("nan")

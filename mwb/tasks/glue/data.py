@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from mwb.core.atomic import atomic_write_text
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 
@@ -121,12 +119,10 @@ def read_glue(path: str, name: str, labelled: bool = False) -> list[dict]:
     return out
 
 
-def write_submission(path: str, name: str, examples: Sequence[dict], preds: Sequence) -> str:
-    """GLUE's submission TSV (``index<TAB>prediction``; label names, or scores for STS-B), written atomically."""
+def submission_text(name: str, examples: Sequence[dict], preds: Sequence) -> str:
+    """GLUE's submission TSV (``index<TAB>prediction``; label names, or scores for STS-B)."""
     lay = layout(name)
     lines = ["index\tprediction"]
     for e, p in zip(examples, preds):
         lines.append(f"{e['index']}\t{lay.labels[p] if lay.labels else format(float(p), '.3f')}")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+    return "\n".join(lines) + "\n"

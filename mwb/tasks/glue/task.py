@@ -10,29 +10,29 @@ predictions are written in GLUE's submission format to ``--submission PATH``.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from mwb.core.config import ConfigError
-from mwb.evaluation.metrics import accuracy
 
-from ..api.base import Option, Task, pair_inputs
+from ..api.base import MetricSpec, Option, Task, pair_inputs
 from ..api.records import example_ids
 from ..api.registry import register
 from ..api.objectives import CLASSIFICATION, REGRESSION
-from .data import LAYOUTS, layout, read_glue, split_file, write_submission
-from .metrics import binary_f1, matthews_corrcoef, pearson, spearman
+from .data import LAYOUTS, layout, read_glue, split_file, submission_text
+from .metrics import matthews_corrcoef, pearson, spearman
 
 
-def glue_metrics(name: str, preds: list, labels: list) -> dict[str, float]:
-    """The metrics GLUE reports for task ``name`` (labels are indices; STS-B: scores)."""
-    if layout(name).labels is None:
-        return {"pearson": pearson(preds, labels), "spearman": spearman(preds, labels)}
-    out = {"accuracy": accuracy(preds, labels)}
-    if name in ("qqp", "mrpc"):
-        out["f1"] = binary_f1(preds, labels, positive=1)
-    if name == "cola":
-        out["matthews"] = matthews_corrcoef(preds, labels, positive=1)
-    return out
+def _correlation(name: str):
+    """STS-B's Pearson or Spearman correlation over the records' predicted and gold scores (no per-item parts)."""
+    fn = {"pearson": pearson, "spearman": spearman}[name]
+    return lambda records: fn([r["prediction"] for r in records], [r["gold"] for r in records])
+
+
+def _matthews(records: list[dict]) -> float:
+    """CoLA's Matthews correlation over the records' predicted and gold labels (class 1 positive)."""
+    return matthews_corrcoef([r["prediction"] for r in records], [r["gold"] for r in records], positive=1)
 
 
 @register("glue")
@@ -57,8 +57,12 @@ class Glue(Task):
     def read(self, path: str, split: str) -> list[dict]:
         """Labels are required (a DataError without them) except in a test split (whose predictions go to
         --submission, :meth:`load`) or where --submission is given; a training split always needs them."""
-        labelled = split == self.train_split or not (self.opts["submission"] or split.startswith("test"))
-        return read_glue(split_file(path, self.opts["task"], split), self.opts["task"], labelled=labelled)
+        return read_glue(split_file(path, self.opts["task"], split), self.opts["task"], labelled=self.labelled(split))
+
+    def labelled(self, split: str) -> bool:
+        """Whether ``split`` is read with its labels: a training split always; else unless it is a test split
+        or --submission asks for GLUE's submission file."""
+        return split == self.train_split or not (self.opts["submission"] or split.startswith("test"))
 
     def load(self, path):
         examples = super().load(path)
@@ -77,12 +81,24 @@ class Glue(Task):
             out["label"] = np.array(-100 if label is None else label, dtype=np.int64)
         return out
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        if any(e["label"] is None for e in examples):
-            write_submission(self.opts["submission"], self.opts["task"], examples, preds)
-            return {"count": len(preds)}
-        res = glue_metrics(self.opts["task"], preds, [e["label"] for e in examples])
-        return {**res, "count": len(preds)}
+    def declared_metrics(self) -> tuple[MetricSpec, ...]:
+        """GLUE's metrics for the chosen task: accuracy (mean of 0/1), QQP/MRPC F1 of the positive class
+        (summed counts), CoLA's Matthews and STS-B's Pearson/Spearman correlations (whole-set functions of
+        the records' predictions and golds); an unlabelled split has the count only."""
+        name = self.opts["task"]
+        specs = [] if not self.labelled(self.opts.get("split") or self.eval_split) else [
+            MetricSpec(m, "corpus", fn=_correlation(m)) for m in ("pearson", "spearman")] if self.regression else [
+            MetricSpec("accuracy", "mean")] + [MetricSpec("f1", "f1")] * (name in ("qqp", "mrpc")) + [
+            MetricSpec("matthews", "corpus", fn=_matthews)] * (name == "cola")
+        return (*specs, MetricSpec("count", "count"))
+
+    def files(self, metrics: dict, records: list[dict], examples: list[dict]) -> dict[str, str]:
+        """An unlabelled split: GLUE's submission TSV at ``--submission`` (an absolute path, so it is written
+        there and not beside results.json)."""
+        if not self.opts["submission"] or any(e["label"] is not None for e in examples):
+            return {}
+        return {os.path.abspath(self.opts["submission"]):
+                submission_text(self.opts["task"], examples, [r["prediction"] for r in records])}
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per example (id: the file's ``index`` column, else the row number): ``accuracy`` 0/1; for QQP and

@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 
 from mwb.core.config import ConfigError
-from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
+from mwb.evaluation.metrics import squad_exact_match, squad_f1
 from mwb.evaluation.predictions import item_id
 from mwb.retrieval.bm25 import BM25Retriever
 from mwb.retrieval.readers import training
@@ -37,7 +37,7 @@ from mwb.retrieval.salient_spans import mss_questions
 from mwb.retrieval.qa_system import RandomRetriever
 from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
-from ..api.base import Option, Task
+from ..api.base import MetricSpec, Option, Task
 from ..api.spec import Finetuning, Start
 from ..api.records import unique
 from ..api.registry import register
@@ -148,10 +148,8 @@ class QAReader(Task):
         return out
 
     # --- metrics ---------------------------------------------------------------------------------------
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        found = [holds_answer(e["docs"], e["answers"]) for e in examples]
-        return {**squad_scores(preds, [e["answers"] for e in examples]),
-                "answer_in_passages": 100.0 * sum(found) / max(len(found), 1), "count": len(preds)}
+    metric_specs = (*(MetricSpec(m, "mean", empty=0.0) for m in ("exact_match", "f1", "answer_in_passages")),
+                    MetricSpec("count", "count"))
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per question: ``exact_match``, ``f1`` and ``answer_in_passages`` on the 0–100 scale the corpus

@@ -18,7 +18,7 @@ from mwb.core.errors import DataError
 
 from mwb.evaluation.task_data import load_records
 
-from ..api.base import Task, pair_inputs
+from ..api.base import MetricSpec, Task, pair_inputs
 from ..api.formats.checks import read_json, shown, text
 from ..api.formats.splits import find_file, with_extensions
 from ..api.records import example_ids
@@ -113,14 +113,10 @@ class Race(Task):
         out["label"] = np.array(example["label"], dtype=np.int64)
         return out
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        res = {}
-        for level in ("middle", "high", None):
-            pairs = [(p, e["label"]) for p, e in zip(preds, examples) if level is None or e["level"] == level]
-            key = f"accuracy_{level}" if level else "accuracy"
-            res[key] = sum(int(p == y) for p, y in pairs) / len(pairs) if pairs else float("nan")
-            res[f"count_{level or 'all'}"] = len(pairs)
-        return res
+    metric_specs = tuple(spec for level in ("middle", "high", None) for spec in (
+        MetricSpec(f"accuracy_{level}" if level else "accuracy", "mean", field="accuracy",
+                   where=("level", level) if level else None),
+        MetricSpec(f"count_{level or 'all'}", "count", where=("level", level) if level else None)))
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per question (id: ``level/file#question`` in the official layout, the row's ``example_id`` in the

@@ -12,14 +12,26 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mwb.core.config import ConfigError
-from mwb.evaluation.metrics import squad_exact_match, squad_f1, squad_scores
-from mwb.evaluation.squad_metrics import best_null_threshold, em_f1, squad_v2_scores
+from mwb.evaluation.metrics import squad_exact_match, squad_f1
+from mwb.evaluation.squad_metrics import best_null_threshold, em_f1
 
-from ..api.base import Option, Task
+from ..api.base import MetricSpec, Option, Task
 from ..api.records import example_ids
 from ..api.registry import register
 from ..api.objectives import SPAN
 from .data import FILES, Windowing, best_span, read_squad, squad_file, windows
+
+
+COUNT = MetricSpec("count", "count")
+
+
+def _best_threshold(name: str):
+    """SQuAD 2.0's ``best_*`` number ``name``: the null-score threshold search over the records' best spans
+    and null margins (a question without a span never answers), which has no per-question part."""
+    def fn(records: list[dict]) -> float:
+        margins = [float("inf") if r["null_margin"] is None else r["null_margin"] for r in records]
+        return best_null_threshold([r["span_text"] for r in records], margins, [r["gold"] for r in records])[name]
+    return fn
 
 
 @register("squad")
@@ -72,15 +84,19 @@ class Squad(Task):
             preds.append({"text": answer, "span_text": text, "null_margin": margin})
         return preds
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        texts = [p["text"] for p in preds]
+    def declared_metrics(self) -> tuple[MetricSpec, ...]:
+        """v1.1: the means of per-question ``exact_match`` and ``f1``. v2.0: ``exact``/``f1`` over all
+        questions and over the answerable (``HasAns_``) and unanswerable (``NoAns_``) ones with their counts,
+        then the best-threshold numbers, searched over the whole set from the records' spans and margins."""
         if self.opts["version"] == "1.1":
-            return {**squad_scores(texts, [e["answers"] for e in examples]), "count": len(preds)}
-        answers = [e["answers"] for e in examples]
-        out = squad_v2_scores(texts, answers)
-        margins = [float("inf") if p["null_margin"] is None else p["null_margin"] for p in preds]
-        out.update(best_null_threshold([p["span_text"] for p in preds], margins, answers))
-        return {**out, "count": len(preds)}
+            return MetricSpec("exact_match", "mean", empty=0.0), MetricSpec("f1", "mean", empty=0.0), COUNT
+        specs = [MetricSpec("exact", "mean"), MetricSpec("f1", "mean")]
+        for key, keep in (("HasAns_", True), ("NoAns_", False)):
+            specs += [MetricSpec(f"{key}{m}", "mean", field=m, where=("has_answer", keep)) for m in ("exact", "f1")]
+            specs.append(MetricSpec(f"{key}total", "count", where=("has_answer", keep)))
+        specs += [MetricSpec(m, "corpus", fn=_best_threshold(m))
+                  for m in ("best_exact", "best_exact_threshold", "best_f1", "best_f1_threshold")]
+        return (*specs, COUNT)
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per question (id: the SQuAD question id), on the 0–100 scale of the corpus numbers: v1.1

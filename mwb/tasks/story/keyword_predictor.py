@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mwb.core.data.package_files import package_path
 
-from ..api.base import Option, Task
+from ..api.base import MetricSpec, Option, Task
 from ..api.formats.checks import nonempty
 from ..api.records import example_ids
 from ..api.registry import register
@@ -58,11 +58,8 @@ class StoryKeywords(Task):
     def inputs(self, example: dict, tokenizer, seq_length: int) -> dict:
         return {"prompt": keyword_prompt(example["context"]), "target": " " + format_keywords(example["keywords"])}
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        rows = self.records(preds, examples)
-        n = max(len(preds), 1)
-        return {"keyword_f1": sum(r["keyword_f1"] for r in rows) / n,
-                "exact_match": sum(r["exact_match"] for r in rows) / n, "count": len(preds)}
+    metric_specs = (MetricSpec("keyword_f1", "mean", empty=0.0), MetricSpec("exact_match", "mean", empty=0.0),
+                    MetricSpec("count", "count"))
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per next sentence (id: ``story:position``): set ``keyword_f1`` of the

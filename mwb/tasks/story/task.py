@@ -99,8 +99,6 @@ class StoryEval(Task):
     def aggregate(self, results):
         nll, count = sum(r["nll"][0] for r in results), sum(r["nll"][1] for r in results)
         gold = [" ".join(s.sentences) for s in self.examples]
-        self.samples = [{"first": s.sentences[0], **{k: r[k] for k in WRITES[self.opts["control"]]},
-                         "control": r["control"], "gold": list(s.sentences)} for s, r in zip(self.examples, results)]
         out = {"ppl": math.exp(nll / count) if count else float("nan")}
         for kind, (inclusion, suffix) in self._names().items():
             texts = [" ".join(r[kind]) for r in results]
@@ -143,9 +141,11 @@ class StoryEval(Task):
             out.append(rec)
         return out
 
-    def files(self) -> dict[str, str]:
-        """``stories.jsonl`` beside results.json: each story written without and with the test's control."""
-        return {"stories.jsonl": "".join(json.dumps(r) + "\n" for r in getattr(self, "samples", []))}
+    def files(self, metrics: dict, records: list[dict], examples: list[dict]) -> dict[str, str]:
+        """``stories.jsonl`` beside results.json: each story written without and with the test's control
+        (its first sentence, what was written, the control keywords, the gold story), from the records."""
+        rows = [{"first": r["gold"][0], **r["prediction"], "gold": r["gold"]} for r in records]
+        return {"stories.jsonl": "".join(json.dumps(r) + "\n" for r in rows)}
 
 
 @torch.no_grad()

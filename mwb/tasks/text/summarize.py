@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 
 from mwb.core.errors import DataError
-from mwb.evaluation.rouge import pair_scores, rouge_scores
+from mwb.evaluation.rouge import ROUGE_TYPES, pair_scores
 
-from ..api.base import Option, Task
+from ..api.base import MetricSpec, Option, Task
 from ..api.formats.prompt_target import field_pair, read_pairs
 from ..api.records import example_ids
 from ..api.registry import register
@@ -61,11 +61,8 @@ class Summarize(Task):
         lead = " ".join(example["source"].split()[: self.opts["source_words"]])
         return {"prompt": lead + self.prompt_suffix, "target": " " + " ".join(example["summary"].split())}
 
-    def metrics(self, preds: list, examples: list[dict]) -> dict[str, float]:
-        refs = [" ".join(e["summary"].split()) for e in examples]
-        out = rouge_scores([p.strip() for p in preds], refs)
-        lead = rouge_scores([lead_sentence(e["source"]) for e in examples], refs)
-        return {**out, **{f"lead_{k}": v for k, v in lead.items()}, "count": len(preds)}
+    metric_specs = (*(MetricSpec(f"{who}{k}", "mean", empty=0.0) for who in ("", "lead_") for k in ROUGE_TYPES),
+                    MetricSpec("count", "count"))
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """Per document (id: its own, else a hash of it): ``rouge1``/``rouge2``/``rougeL`` F × 100 of the

@@ -62,7 +62,7 @@ def test_defaults_of_the_declared_methods():
     assert Plain().start() == ENCODER_START and ENCODER_START.named == "minilm-l6"
     assert Gen().arches() == ("gpt", "t5") and Gen().start() == GENERATIVE_START
     assert Gen().training_module().__name__.endswith("generative_objective")
-    assert Plain().files() == {} and Plain.default_checkpoint(say=print) is None and Plain.finetuning.epochs == 3
+    assert Plain().files({}, [], []) == {} and Plain.default_checkpoint(say=print) is None and Plain.finetuning.epochs == 3
     assert Declared().start().run_prefix == "pretrain-bert-pubmed"
     with pytest.raises(ValueError, match="Start.arch"):
         Start("llama")

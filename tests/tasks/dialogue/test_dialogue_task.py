@@ -119,13 +119,13 @@ def test_wow_wizard_turns_and_gold_knowledge(tmp_path):
     assert e["knowledge_ref"] == "Rayleigh scattering makes the sky blue." and e["topic"] == "Sky"
     assert e["prompt"].endswith("A: And the sky?\nB:")  # the Apprentice is A, the Wizard B
     assert by_target["Not sure."]["knowledge_ref"] is None
-    m = task.metrics(["Rayleigh scattering", "", "x"], [by_target[t] for t in
-                                                        ["The sky looks blue by Rayleigh scattering.", "Not sure.",
-                                                         "Blue is one of the three primary colours!"]])
+    scored = [by_target[t] for t in ["The sky looks blue by Rayleigh scattering.", "Not sure.",
+                                     "Blue is one of the three primary colours!"]]
+    m, records = task.evaluation(["Rayleigh scattering", "", "x"], scored)
     # "rayleigh scattering" vs "sky looks blue by rayleigh scattering": p 1, r 2/6 -> F1 1/2; vs the knowledge
     # "rayleigh scattering makes sky blue": p 1, r 2/5 -> KF1 4/7; the other two score 0
     assert m["f1"] == pytest.approx(0.5 / 3) and m["kf1"] == pytest.approx(4 / 7 / 3)
-    replies = [json.loads(line) for line in task.files()["replies.jsonl"].splitlines()]  # next to results.json
+    replies = [json.loads(line) for line in task.files(m, records, scored)["replies.jsonl"].splitlines()]
     assert [r["reply"] for r in replies] == ["Rayleigh scattering", "", "x"]
     assert replies[1]["gold"] == "Not sure." and replies[0]["prompt"].endswith("B:")
 

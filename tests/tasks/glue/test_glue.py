@@ -10,7 +10,7 @@ import torch
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
-from mwb.tasks.glue.task import Glue, glue_metrics
+from mwb.tasks.glue.task import Glue
 from mwb.tasks.glue.data import read_glue
 from mwb.tasks.api.objectives import REGRESSION
 from tests.helpers.cli import run_cli
@@ -81,15 +81,20 @@ def test_inputs_single_and_pair():
 def test_metrics_per_task_and_submission(tmp_path):
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
     preds, golds = [1, 0, 1, 1, 0, 0, 1], [1, 1, 0, 1, 0, 1, 1]
-    qqp, cola = glue_metrics("qqp", preds, golds), glue_metrics("cola", preds, golds)
-    assert list(qqp) == ["accuracy", "f1"] and list(cola) == ["accuracy", "matthews"]
+    examples = [{"index": str(i), "label": g} for i, g in enumerate(golds)]
+    qqp, cola = Glue(task="qqp").metrics(preds, examples), Glue(task="cola").metrics(preds, examples)
+    assert list(qqp) == ["accuracy", "f1", "count"] and list(cola) == ["accuracy", "matthews", "count"]
     assert qqp["accuracy"] == cola["accuracy"] == pytest.approx(accuracy_score(golds, preds), abs=1e-12)
     assert qqp["f1"] == pytest.approx(f1_score(golds, preds, pos_label=1), abs=1e-12)
     assert cola["matthews"] == pytest.approx(matthews_corrcoef(golds, preds), abs=1e-12)
-    assert glue_metrics("stsb", [1.0, 2.0, 3.0], [2.0, 4.0, 6.5])["spearman"] == pytest.approx(1.0)
-    task = Glue(task="qnli", submission=str(tmp_path / "sub" / "QNLI.tsv"))
-    assert task.metrics([1, 0], [{"index": "4", "label": None}, {"index": "9", "label": None}]) == {"count": 2}
-    assert (tmp_path / "sub" / "QNLI.tsv").read_text() == "index\tprediction\n4\tnot_entailment\n9\tentailment\n"
+    scores = [{"index": str(i), "label": g} for i, g in enumerate([2.0, 4.0, 6.5])]
+    assert Glue(task="stsb").metrics([1.0, 2.0, 3.0], scores)["spearman"] == pytest.approx(1.0)
+    sub = str(tmp_path / "sub" / "QNLI.tsv")
+    task = Glue(task="qnli", submission=sub)
+    unlabelled = [{"index": "4", "label": None}, {"index": "9", "label": None}]
+    metrics, records = task.evaluation([1, 0], unlabelled)
+    assert metrics == {"count": 2}
+    assert task.files(metrics, records, unlabelled) == {sub: "index\tprediction\n4\tnot_entailment\n9\tentailment\n"}
     assert Glue(task="cola").metric == "matthews" and Glue(task="stsb").objective is REGRESSION
     with pytest.raises(ConfigError, match="--task must be one of mnli.*got 'wnli'"):
         Glue(task="wnli")

@@ -200,6 +200,6 @@ def test_story_eval_keeps_the_written_stories_for_stories_jsonl():
                for _ in gold]
     m = task.aggregate(results)
     assert m["inclusion_control"] == 0.5 and m["inclusion_no_control"] == 0.0  # oven, dog; none without
-    rows = [json.loads(line) for line in task.files()["stories.jsonl"].splitlines()]
+    rows = [json.loads(line) for line in task.files(m, task.records(results, gold), gold)["stories.jsonl"].splitlines()]
     assert [r["first"] for r in rows] == ["Ann had a dog.", "Bob had a cat."]
     assert rows[0]["controlled"] == ctrl and rows[1]["gold"] == list(gold[1].sentences) and rows[0]["control"][0] == ["oven"]
