@@ -34,7 +34,7 @@ def test_real_start_when_installed(name, monkeypatch):
     scale = get_task(name).finetuning.real
     assert seen["start"].named == "smollm2-135m"
     assert seen["defaults"]["lora"] == {"rank": 8, "alpha": 16.0} and seen["defaults"]["optim"]["lr"] == 1e-3
-    assert seen["defaults"]["train"]["seq_length"] == 128
+    assert seen["defaults"]["train"]["seq_length"] == scale.config["train"]["seq_length"]
     assert seen["job"]["epochs"] == scale.epochs and seen["job"]["task_opts"] == scale.task_opts
     assert seen["job"]["start"] == "smollm2-135m with LoRA rank 8"
     assert [m for m in said if f"{name} start:" in m] == \
