@@ -18,7 +18,12 @@ def main(wheel: str) -> int:
     if not tracked or missing:
         print(f"{wheel}: {len(missing)} tracked files under mwb/ are not in the wheel: {missing[:20]}", file=sys.stderr)
         return 1
-    print(f"{wheel}: all {len(tracked)} tracked files under mwb/ are in the wheel")
+    names = zipfile.ZipFile(wheel).namelist()
+    pth = "mwb_lm_eval.pth"  # setup.py puts it at the wheel's top (site-packages): `lm_eval --model mwb`
+    if pth not in names or zipfile.ZipFile(wheel).read(pth).decode() != open(pth).read():
+        print(f"{wheel}: {pth} is missing from the top of the wheel or differs from the repository's", file=sys.stderr)
+        return 1
+    print(f"{wheel}: all {len(tracked)} tracked files under mwb/ are in the wheel, and {pth}")
     return 0
 
 

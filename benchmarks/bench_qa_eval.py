@@ -26,8 +26,8 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from mwb.retrieval.matching import CorpusMatcher, first_hit, normalize, simple_tokens  # noqa: E402
-from mwb.retrieval.system import build_system, default_encoder  # noqa: E402
-from mwb.retrieval.text import BUNDLED_REAL_QUESTIONS, read_questions  # noqa: E402
+from mwb.retrieval.qa_system import build_system, default_encoder  # noqa: E402
+from mwb.retrieval.inputs import BUNDLED_REAL_QUESTIONS, read_questions  # noqa: E402
 
 
 def old_first_hits(evidence, answers, rows) -> list:

@@ -41,7 +41,7 @@ positions). Tokenizer files are copied when present.
 def convert(src, dst, force, merge, peft, to):
     from mwb.core.compose import export_lora
     from mwb.core.convert import convert as run
-    from mwb.core.convert import is_megatron
+    from mwb.core.convert import is_megatron, is_nemo
     from mwb.core.named_models import local_checkpoint
 
     if merge and peft:
@@ -56,7 +56,9 @@ def convert(src, dst, force, merge, peft, to):
         what = "PEFT adapter directory" if peft else "Hugging Face model (adapters merged)"
         click.echo(f"mwb: converted {family} LoRA run {src} → {what} {out}")
         return
-    source = src if is_megatron(src) else local_checkpoint(src)  # a Megatron SRC converts to mwb here
+    # a Megatron or NeMo SRC converts to mwb here (local_checkpoint would turn it into a cached mwb checkpoint,
+    # which convert would then export to Hugging Face)
+    source = src if is_megatron(src) or is_nemo(src) else local_checkpoint(src)
     direction, out, family = run(source, dst, overwrite=force)
     what = "Hugging Face model" if direction == "mwb-to-hf" else "mwb checkpoint"
     click.echo(f"mwb: converted {family} {src} → {what} {out}")

@@ -19,7 +19,7 @@ import json
 import os
 from typing import Callable, Optional
 
-from .convert import gguf_to_mwb, hf_to_mwb, is_megatron, megatron_to_mwb
+from .convert import gguf_to_mwb, hf_to_mwb, is_megatron, is_nemo, megatron_to_mwb, nemo_to_mwb
 from .data.cache import cache_root, cached_dir, digest
 from .errors import CheckpointError
 
@@ -79,7 +79,7 @@ def installed_version(model: NamedModel) -> Optional[str]:
 
 
 def _converter(source_format: str) -> Callable[[str, str], object]:
-    return {"gguf": gguf_to_mwb, "megatron": megatron_to_mwb}.get(source_format, hf_to_mwb)
+    return {"gguf": gguf_to_mwb, "megatron": megatron_to_mwb, "nemo": nemo_to_mwb}.get(source_format, hf_to_mwb)
 
 
 def _convert_cached(label: str, key: dict, src: str, source_format: str) -> str:
@@ -132,25 +132,42 @@ def hub_checkpoint(ref: str) -> str:
     return _convert_cached(ref, {"repo": repo, "snapshot": os.path.basename(local)}, local, "hf")
 
 
-def megatron_checkpoint(path: str) -> str:
-    """The cached mwb checkpoint of a Megatron-LM checkpoint directory (converted on first use; the key is
-    the path and the size and time of every shard file, so a re-saved checkpoint converts again)."""
-    src = os.path.abspath(os.path.expanduser(str(path)))
+def _file_key(src: str) -> list:
+    """[relative path, size, mtime] of ``src`` (a file) or of every file under it (a directory)."""
+    if os.path.isfile(src):
+        return [[os.path.basename(src), os.path.getsize(src), int(os.path.getmtime(src))]]
     files = []
     for root, _, names in sorted(os.walk(src)):
         for n in sorted(names):
             f = os.path.join(root, n)
             files.append([os.path.relpath(f, src), os.path.getsize(f), int(os.path.getmtime(f))])
-    return _convert_cached(f"megatron-{os.path.basename(src)}", {"path": src, "files": files}, src, "megatron")
+    return files
+
+
+def megatron_checkpoint(path: str, source_format: str = "megatron") -> str:
+    """The cached mwb checkpoint of a Megatron-LM checkpoint directory, or (``source_format="nemo"``) of a
+    NeMo ``.nemo`` archive or NeMo 2 directory, converted on first use. The key is the path and the size and
+    time of every file, so a re-saved checkpoint converts again and an unchanged one never does."""
+    src = os.path.abspath(os.path.expanduser(str(path)))
+    label = f"{source_format}-{os.path.basename(src)}"
+    return _convert_cached(label, {"path": src, "files": _file_key(src)}, src, source_format)
+
+
+def nemo_checkpoint(path: str) -> str:
+    """The cached mwb checkpoint of a NeMo checkpoint (see :func:`megatron_checkpoint`)."""
+    return megatron_checkpoint(path, "nemo")
 
 
 def local_checkpoint(path) -> str:
     """What the checkpoint resolver should open for ``path``: a named model's cached mwb checkpoint, a
-    Megatron-LM checkpoint's cached conversion, or ``path`` itself (every other path form is left to the
+    Megatron-LM or NeMo checkpoint's cached conversion, or ``path`` itself (every other path form is left to the
     resolver)."""
     if not is_model_name(path):
-        if isinstance(path, (str, os.PathLike)) and is_megatron(os.path.expanduser(str(path))):
+        p = os.path.expanduser(str(path)) if isinstance(path, (str, os.PathLike)) else None
+        if p is not None and is_megatron(p):
             return megatron_checkpoint(path)
+        if p is not None and is_nemo(p):
+            return nemo_checkpoint(path)
         return path
     s = str(path)
     return hub_checkpoint(s) if s.startswith(HF_PREFIX) else named_checkpoint(s)

@@ -26,10 +26,11 @@ batch of work it broadcasts the token ids to the other ranks, which stay inside 
 the same batches (the vocab-parallel logits are gathered on every rank) and exit when rank 0's interpreter
 exits (an ``atexit`` message).
 
-Registration: the ``mwb`` package declares the entry point ``lm_eval.models: mwb`` (discovered by lm-eval
-releases with plugin entry points); lm-eval 0.4.13 has no entry-point discovery, so there ``mwb-lm-eval``
-(:func:`main`: this module registered, then lm-eval's own CLI, same arguments) or ``import
-mwb.evaluation.lm_eval_backend`` before ``lm_eval.simple_evaluate(model="mwb", ...)`` does the same.
+Registration: lm-eval 0.4.13 reads no plugin entry points, so the installed ``mwb_lm_eval.pth`` runs
+:mod:`mwb.lm_eval_plugin` at start-up, which registers ``mwb`` as a lazy placeholder for this class when
+lm-eval's registry is imported (a bare ``lm_eval --model mwb`` then works); the ``lm_eval.models`` entry point
+is declared too, for releases that read it. ``mwb-lm-eval`` (:func:`main`) is lm-eval's CLI with this module
+registered first, for interpreters that skip ``.pth`` files.
 """
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from typing import Callable, ClassVar, Optional, Sequence
 from mwb.core.atomic import atomic_write_json
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
+from mwb.core.named_models import is_model_name
 from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
 
@@ -132,10 +133,14 @@ class Scale:
 
 @dataclass(frozen=True)
 class DataOption:
-    """A ``--set key=value`` a ``paper``-scale run takes (the paper's data paths); no default: required."""
+    """A ``--set key=value`` a ``paper``-scale run takes (the paper's data paths); no default: required.
+
+    ``path``: the value names a file or directory (or a named model) that must exist when the run starts;
+    ``--dry-run`` does not look, so a paper-scale plan can be printed on a machine without the data."""
 
     help: str
     default: Optional[str] = None
+    path: bool = False
 
 
 @dataclass(frozen=True)
@@ -309,6 +314,16 @@ class Experiment:
                     raise ConfigError(f"{self.name} --scale paper needs --set {key}=VALUE ({opt.help})")
                 out[key] = opt.default
         return out
+
+    def check_inputs(self, scale: Scale, options: dict) -> None:
+        """Before a real (not ``--dry-run``) run: every ``path`` option given exists, else one DataError line
+        naming the key, so a run that would fail in its first command fails before it writes anything."""
+        if scale.name != "paper":
+            return
+        for key, opt in self.paper_options.items():
+            value = options.get(key)
+            if opt.path and value and not (os.path.exists(os.path.expanduser(value)) or is_model_name(value)):
+                raise DataError(f"{self.name}: --set {key}={value}: no such file or directory ({opt.help})")
 
     def validate(self) -> None:
         """The declarations are consistent: raises ValueError naming the first problem (run at registration)."""

@@ -245,6 +245,7 @@ def run_experiment(plan: RunPlan, invoke: Optional[Invoke] = None, progress: boo
     if invoke is None or not plan.exp.in_process:
         invoke = subprocess_invoke
     git = check_clean(plan)
+    plan.exp.check_inputs(plan.scale, plan.options)
     os.makedirs(plan.out, exist_ok=True)
     env = EnvRecorder()
     cells, counts = run_cells(plan, lambda argv: invoke(_checked(argv)), progress)

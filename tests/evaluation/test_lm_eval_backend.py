@@ -158,14 +158,14 @@ def test_bad_model_args_are_one_line():
 
 
 def lm_eval_cli(argv, tasks_dir, out, launcher=()):
-    """lm-eval's own command line with ``--model mwb`` registered (``mwb-lm-eval``, run as a module here so the
-    worktree's mwb is the one imported); the samples of every task, by doc id."""
+    """lm-eval's own bare command line, ``python -m lm_eval --model mwb`` (``mwb`` registered by the installed
+    ``mwb_lm_eval.pth``, tests/test_lm_eval_plugin.py); the samples of every task, by doc id."""
     import glob
     import subprocess
     import sys
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1")
-    cmd = [sys.executable, *launcher, "-m", "mwb.evaluation.lm_eval_backend", *argv, "--include_path", tasks_dir,
+    cmd = [sys.executable, *launcher, "-m", "lm_eval", *argv, "--include_path", tasks_dir,
            "--output_path", out, "--log_samples"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -178,7 +178,7 @@ def lm_eval_cli(argv, tasks_dir, out, launcher=()):
 
 
 def test_lm_eval_command_line_with_model_mwb(ours, tasks, tmp_path):
-    """`mwb-lm-eval --model mwb --model_args checkpoint=smollm2-135m,batch_size=16` gives what the in-process
+    """`lm_eval --model mwb --model_args checkpoint=smollm2-135m,batch_size=16` gives what the in-process
     backend gave (batch 16 against batch 4: the same numbers)."""
     d = str(tmp_path / "tasks")
     os.makedirs(d)

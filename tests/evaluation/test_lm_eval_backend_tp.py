@@ -10,7 +10,7 @@ import pytest
 from tests.helpers.checkpoints import tiny_checkpoint
 from tests.helpers.needs import needs
 
-from .test_lm_eval_backend import lm_eval_cli, write_tasks
+from .test_lm_eval_backend import lm_eval_cli, per_sample, run, write_tasks
 
 pytestmark = [needs("lm_eval"), pytest.mark.multiprocess]
 
@@ -25,10 +25,14 @@ def test_tp2_equals_one_process(tmp_path):
     ckpt = tiny_checkpoint(str(tmp_path / "ckpt"), "gpt-tiny", num_attention_heads=4)
     d = str(tmp_path / "tasks")
     os.makedirs(d)
-    write_tasks(d)
-    argv = ["--model", "mwb", "--model_args", f"checkpoint={ckpt},batch_size=4",
-            "--tasks", "mwbt_mc,mwbt_rolling,mwbt_gen"]
-    one, r1 = lm_eval_cli(argv, d, str(tmp_path / "one"))
+    names = write_tasks(d)
+    argv = ["--model", "mwb", "--model_args", f"checkpoint={ckpt},batch_size=4", "--tasks", ",".join(names)]
+    from lm_eval.api.registry import get_model
+    from lm_eval.tasks import TaskManager
+    # One process in-process (the same backend, batch 4), two TP ranks through torchrun + the bare lm_eval CLI.
+    in_process = run(get_model("mwb")(checkpoint=ckpt, batch_size=4), (names, TaskManager(include_path=d)))
+    one = {t: per_sample(in_process, t) for t in names}
+    r1 = in_process["results"]
     launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                 "--master-port", str(free_port())]
     two, r2 = lm_eval_cli(argv, d, str(tmp_path / "two"), launcher=launcher)
@@ -39,8 +43,8 @@ def test_tp2_equals_one_process(tmp_path):
                 x, y = x[0], y[0]
                 if isinstance(x, str):
                     assert x == y
-                elif isinstance(x, list):
-                    assert float(x[0]) == pytest.approx(float(y[0]), abs=1e-5) and x[1] == y[1]
+                elif isinstance(x, (list, tuple)):
+                    assert float(x[0]) == pytest.approx(float(y[0]), abs=1e-5) and str(x[1]) == str(y[1])
                 else:
                     assert float(x) == pytest.approx(float(y), abs=1e-5)
     assert r1["mwbt_mc"]["acc,none"] == r2["mwbt_mc"]["acc,none"]

@@ -101,7 +101,7 @@ def test_conditions_differ_only_in_the_prompts_knowledge(smoke):
 def test_the_comparisons_are_the_paired_tests_of_the_predictions(smoke):
     out, res = smoke[0], smoke[1]
     declared = [(c.a, c.b, c.metric, c.headline) for c in get_experiment("knowledge-agent").comparisons]
-    assert declared == [(NONE, RETRIEVED, "kf1", True), (RANDOM, RETRIEVED, "kf1", False),
+    assert declared == [(RANDOM, RETRIEVED, "kf1", True), (NONE, RETRIEVED, "kf1", False),
                         (NONE, RETRIEVED, "f1", False)]
     assert [(r["a"], r["b"], r["metric"], r["headline"]) for r in res["comparisons"]] == declared
     for row in res["comparisons"]:
@@ -148,11 +148,19 @@ def test_paper_scale_dry_run_takes_the_users_data(capsys):
 
 
 def test_cpu_and_gpu_scales_are_declared_and_dry_run(capsys):
-    for scale, precision, train in (("cpu", "fp32", "8"), ("gpu", "bf16", "1600")):
+    for scale, precision, train, seeds in (("cpu", "fp32", "8", 5), ("gpu", "bf16", "1600", 3)):
         code, stdout, err = run_cli(["repro", "knowledge-agent", "--scale", scale, "--dry-run"], capsys)
         assert code == 0, err
         fts = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb finetune dialogue")]
-        assert len(fts) == 3 * 3
+        assert len(fts) == 3 * seeds
         for a in fts:
             assert a[a.index("--checkpoint") + 1] == "smollm2-135m" and a[a.index("--precision") + 1] == precision
             assert a[a.index("--train-examples") + 1] == train and a[a.index("--evidence") + 1] == "wordnet+bundled"
+
+
+def test_the_headline_control_is_random_passages_over_at_least_100_replies():
+    exp = get_experiment("knowledge-agent")
+    head = [c for c in exp.comparisons if c.headline]
+    assert [(c.a, c.b, c.metric, c.direction) for c in head] == [(RANDOM, RETRIEVED, "kf1", "greater")]
+    cpu = exp.scale("cpu")
+    assert cpu.seeds == 5 and cpu.params["eval"] * cpu.seeds >= 100  # seeds sample other conversations

@@ -185,7 +185,7 @@ def test_comparisons_are_the_declared_ones_with_diff_b_minus_a(smoke):
     assert [(r["a"], r["b"], r["metric"], r["direction"], r["headline"]) for r in rows] == [
         (KNOWLEDGE, CONTROL, "inclusion", "greater", True), (NONE, KNOWLEDGE, "ppl", "less", True),
         (NONE, KNOWLEDGE, "distinct_4", "greater", True), (NONE, KNOWLEDGE, "repeat_4", "less", True)]
-    assert [r["part"] for r in rows] == ["control", "knowledge-ppl", "knowledge-distinct-4", "knowledge-repeat-4"]
+    assert [r["part"] for r in rows] == ["keyword-copying", "knowledge-ppl", "knowledge-distinct-4", "knowledge-repeat-4"]
     for r in rows:
         a, b = res["conditions"][r["a"]][r["metric"]], res["conditions"][r["b"]][r["metric"]]
         assert r["mean_a"] == pytest.approx(np.mean(a)) and r["mean_b"] == pytest.approx(np.mean(b))
@@ -196,7 +196,7 @@ def test_comparisons_are_the_declared_ones_with_diff_b_minus_a(smoke):
     head = by["inclusion"]
     p, d = head["p"], head["diff"]
     want = "not shown" if p is None or p >= 0.05 or d == 0 else ("shown" if d > 0 else "contradicted")
-    assert head["verdict"] == want and res["verdict_by_part"]["control"] == want
+    assert head["verdict"] == want and res["verdict_by_part"]["keyword-copying"] == want
     words = set(res["verdict_by_part"].values())  # every part's verdict; the run's: all shown, any contradicted
     assert res["verdict"] == ("shown" if words == {"shown"} else "contradicted" if "contradicted" in words
                               else "not shown")

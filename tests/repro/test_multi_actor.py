@@ -3,7 +3,8 @@ exp(Σ NLL / Σ tokens) of the records and agrees with the fine-tuning run's own
 masked loss over the same replies); F1 and consistency are the means of the records' scores, F1 recomputed by
 hand; both conditions score the same gold tokens of the same replies and differ only in the prompt's reference
 utterances (the responding actor's, from its other conversations); each comparison is the paired test of those
-records with diff = mean_b − mean_a; the paper and gpu scales dry-run."""
+records with diff = mean_b − mean_a; the headline is the responder's references against another actor's (same
+place, same count); the paper and gpu scales dry-run."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 
 from mwb.evaluation import stats
 from mwb.evaluation.predictions import read_predictions
-from mwb.repro.experiments.multi_actor import NONE, REFS
+from mwb.repro.experiments.multi_actor import NONE, OTHER, REFS
 from mwb.repro.registry import get_experiment
 from tests.helpers.cli import run_cli
 from tests.helpers.needs import needs
@@ -23,7 +24,7 @@ from tests.helpers.repro_smoke import SMOKE_CPU_SECONDS, run_smoke
 from tests.tasks.dialogue.hand_f1 import hand_f1
 
 SEEDS = (0, 1)
-CONDITIONS = (NONE, REFS)
+CONDITIONS = (NONE, OTHER, REFS)
 needs_data = needs(models=["minilm-l6"], data=["chitchat"])
 
 
@@ -91,19 +92,26 @@ def test_conditions_differ_only_in_the_prompts_references(smoke):
     out = smoke[0]
     ids = {}
     for s in SEEDS:
-        base, plain = _preds(out, REFS, s), _preds(out, NONE, s)
+        base = _preds(out, REFS, s)
         ids[s] = [r["id"] for r in base]
-        # the same replies, actors and scored gold tokens in both conditions
-        assert [(r["id"], r["gold"], r["actor"], r["reply_ppl"]["tokens"]) for r in base] == \
-            [(r["id"], r["gold"], r["actor"], r["reply_ppl"]["tokens"]) for r in plain]
-        assert [r["consistency_gold"] for r in base if "consistency_gold" in r] == \
-            [r["consistency_gold"] for r in plain if "consistency_gold" in r]  # the ranker's ceiling: shared
-        for p_ref, p_none in zip(_prompts(out, REFS, s), _prompts(out, NONE, s)):
+        for other in (NONE, OTHER):
+            plain = _preds(out, other, s)
+            # the same replies, actors and scored gold tokens in every condition
+            assert [(r["id"], r["gold"], r["actor"], r["reply_ppl"]["tokens"]) for r in base] == \
+                [(r["id"], r["gold"], r["actor"], r["reply_ppl"]["tokens"]) for r in plain]
+            assert [r["consistency_gold"] for r in base if "consistency_gold" in r] == \
+                [r["consistency_gold"] for r in plain if "consistency_gold" in r]  # the ranker's ceiling: shared
+        differ = 0
+        for p_ref, p_other, p_none in zip(_prompts(out, REFS, s), _prompts(out, OTHER, s), _prompts(out, NONE, s)):
             head, _, rest = p_ref.partition("\nConversation:\n")
-            lines = head.splitlines()
-            assert lines[0] == "Reference utterances of B:" and len(lines) == 4
-            assert all(x.startswith("- ") and len(x) > 2 for x in lines[1:])
-            assert p_none == "Conversation:\n" + rest
+            head_o, _, rest_o = p_other.partition("\nConversation:\n")
+            for h in (head, head_o):
+                lines = h.splitlines()
+                assert lines[0] == "Reference utterances of B:" and len(lines) == 4
+                assert all(x.startswith("- ") and len(x) > 2 for x in lines[1:])
+            assert p_none == "Conversation:\n" + rest and rest_o == rest
+            differ += head != head_o
+        assert differ == len(ids[s])  # another actor's utterances, never the responder's own set
     assert not set(ids[0]) & set(ids[1])  # each seed another sample of conversations
 
 
@@ -111,7 +119,8 @@ def test_conditions_differ_only_in_the_prompts_references(smoke):
 def test_the_comparisons_are_the_paired_tests_of_the_predictions(smoke):
     out, res = smoke[0], smoke[1]
     declared = [(c.a, c.b, c.metric, c.direction, c.headline) for c in get_experiment("multi-actor").comparisons]
-    assert declared == [(NONE, REFS, "reply_ppl", "less", True), (NONE, REFS, "consistency", "greater", False)]
+    assert declared == [(OTHER, REFS, "reply_ppl", "less", True), (NONE, REFS, "reply_ppl", "less", False),
+                        (OTHER, REFS, "consistency", "greater", False)]
     assert [(r["a"], r["b"], r["metric"], r["direction"], r["headline"]) for r in res["comparisons"]] == declared
     for row in res["comparisons"]:
         a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
@@ -133,8 +142,10 @@ def test_commands_sh_holds_each_cells_commands(smoke):
     lines = [shlex.split(x) for x in (out / "commands.sh").read_text().splitlines() if x.startswith("mwb ")]
     assert len(lines) == len(SEEDS) * len(CONDITIONS) * 2  # a tiny GPT's pretraining, then the fine-tuning
     fts = [a for a in lines if a[1:3] == ["finetune", "dialogue"]]
-    refs = {a[a.index("--out") + 1].split("/")[-2]: a[a.index("--references") + 1] for a in fts}
-    assert refs == {NONE: "0", REFS: "3"}
+    refs = {a[a.index("--out") + 1].split("/")[-2]: (a[a.index("--references") + 1], "--reference-actor" in a)
+            for a in fts}
+    assert refs == {NONE: ("0", False), OTHER: ("3", True), REFS: ("3", False)}
+    assert all(a[a.index("--reference-actor") + 1] == "other" for a in fts if "--reference-actor" in a)
     for a in fts:
         seed = a[a.index("--seed") + 1]
         assert a[a.index("--sample-seed") + 1] == seed and "--actors" in a and "--reply-ppl" in a
@@ -146,7 +157,7 @@ def test_paper_scale_dry_run_takes_the_users_data(capsys):
     code, stdout, err = run_cli(["repro", "multi-actor", "--scale", "paper", "--dry-run", *sets], capsys)
     assert code == 0, err
     fts = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb finetune dialogue")]
-    assert len(fts) == 2 * 3
+    assert len(fts) == 3 * 3
     for a in fts:
         flag = {k: a[a.index(k) + 1] for k in ("--data", "--checkpoint", "--train-examples", "--seq-length")}
         assert flag == {"--data": "/d/reddit.json", "--checkpoint": "/d/gpt-8.3b", "--train-examples": "0",
@@ -157,11 +168,17 @@ def test_paper_scale_dry_run_takes_the_users_data(capsys):
 
 
 def test_cpu_and_gpu_scales_are_declared_and_dry_run(capsys):
-    for scale, precision, train in (("cpu", "fp32", "8"), ("gpu", "bf16", "1600")):
+    for scale, precision, train, seeds in (("cpu", "fp32", "8", 5), ("gpu", "bf16", "1600", 3)):
         code, stdout, err = run_cli(["repro", "multi-actor", "--scale", scale, "--dry-run"], capsys)
         assert code == 0, err
         fts = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb finetune dialogue")]
-        assert len(fts) == 2 * 3
+        assert len(fts) == 3 * seeds
         for a in fts:
             assert a[a.index("--checkpoint") + 1] == "smollm2-135m" and a[a.index("--precision") + 1] == precision
             assert a[a.index("--train-examples") + 1] == train and a[a.index("--seq-length") + 1] == "320"
+
+
+def test_cpu_scale_tests_at_least_100_distinct_replies():
+    """Seeds sample other conversations (--sample-seed k), so distinct replies = eval × seeds."""
+    cpu = get_experiment("multi-actor").scale("cpu")
+    assert cpu.seeds == 5 and cpu.params["eval"] * cpu.seeds >= 100

@@ -1,28 +1,39 @@
 """``multi-actor``: Boyd et al. 2020's multi-actor dialogue model, measured by the perplexity of the gold replies
-and the actor consistency of generated ones, with and without reference utterances of the responding actor.
+and the actor consistency of generated ones, with reference utterances of the responding actor, of another actor,
+or none.
 
-Two conditions per seed, each one ``mwb finetune dialogue --actors --reply-ppl`` run on chitchat's real
+Three conditions per seed, each one ``mwb finetune dialogue --actors --reply-ppl`` run on chitchat's real
 conversations (fine-tuning, then for every held-out dev reply its gold tokens' NLL under the fine-tuned model
 and a greedy reply, whose ``predictions.jsonl`` holds per reply ``reply_ppl``'s parts ``{nll, tokens}``, ``f1``
 against the gold reply, and ``consistency`` / ``consistency_gold`` 0/1 from the actor ranker):
 
-``no-references``  ``--references 0``: the prompt is the conversation alone (training and evaluation)
-``references``     ``--references 3``: three utterances of the responding actor, each from another of that actor's
-                   conversations (never the evaluated one), above the conversation
+``no-references``            ``--references 0``: the prompt is the conversation alone (training and evaluation)
+``other-actor-references``   ``--references 3 --reference-actor other``: three utterances of *another* actor (one
+                             not in the conversation, picked per reply by a seeded hash), under the same header
+                             in the same place: as much in-domain chitchat text, only not the responder's
+``references``               ``--references 3``: three utterances of the responding actor, each from another of
+                             that actor's conversations (never the evaluated one), above the conversation
 
 Why K = 3: it is the task's default and the setting of the one-seed SmolLM2 run in docs/dialogue.md, fixed before
 any run of this experiment. Boyd et al. condition on whole reference *conversations* of the actor; chitchat
 utterances are short (a K = 3 prompt stays under 300 SmolLM2 tokens, so the cpu scale's sequence of 320 cuts no
 reference), and the paper's own count could not be verified here.
 
-Headline: ``references`` against ``no-references`` on ``reply_ppl`` (the paper's direction: lower), paired per
-reply: both conditions score the same gold tokens of the same replies, so each reply's NLL differs only by what
-its prompt showed and what the model learned from such prompts. Declared beside it: actor consistency (the
-MiniLM ranker picks the reply's actor among 5 candidates; higher). ``f1``, ``dev_ppl`` (the dev target loss
-during fine-tuning, one number per run) and ``consistency_gold`` (the ranker on the gold replies: the ceiling,
-the same in both conditions) are reported, not compared. Seed k fine-tunes with ``--seed k`` on the k-th hashed
-sample of conversations (``--sample-seed k``) and evaluates the k-th sample of dev replies, the same in both
-conditions, so seeds replicate over conversations and pairs are formed per reply within a seed.
+Headline: ``references`` against ``other-actor-references`` on ``reply_ppl`` (the paper's direction: lower),
+paired per reply. Why this control and not ``no-references``: "more in-domain text in the prompt" explains a gain
+over an empty prompt as well as "this actor's text" does; the other actor's utterances hold the amount, the
+place and the domain fixed and change only whose they are, which is the paper's claim. Both conditions score the
+same gold tokens of the same replies. Declared beside it (exploratory, Holm-adjusted): ``references`` against
+``no-references`` on ``reply_ppl`` (the old comparison: any references at all) and actor consistency (the MiniLM
+ranker picks the reply's actor among 5 candidates; higher) against the other actor's references. ``f1``,
+``dev_ppl`` (the dev target loss during fine-tuning, one number per run) and ``consistency_gold`` (the ranker on
+the gold replies: the ceiling, the same in every condition) are reported, not compared. Seed k fine-tunes with
+``--seed k`` on the k-th hashed sample of conversations (``--sample-seed k``) and evaluates the k-th sample of dev
+replies, the same in every condition, so seeds replicate over conversations and pairs are formed per reply within
+a seed: 5 seeds × 24 replies = 120 distinct replies at cpu scale.
+
+cpu-scale wall time, estimated: the committed 3-seed, 2-condition report took 765 s (≈ 127 s a cell,
+reproductions/multi-actor/env.json); 3 conditions × 5 seeds = 15 cells ≈ 32 min on 2 quiet cores.
 """
 from __future__ import annotations
 
@@ -33,7 +44,7 @@ from ..registry import register
 from .dialogue_cells import DialogueCells
 
 BOYD = Paper("Boyd et al. 2020", "2005.06114", "Large Scale Multi-Actor Generative Dialog Modeling")
-NONE, REFS = "no-references", "references"
+NONE, OTHER, REFS = "no-references", "other-actor-references", "references"
 K = 3
 CANDIDATES = 5
 _TINY = {"checkpoint": "tiny", "tiny_shape": {"num_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
@@ -47,7 +58,7 @@ SCALES = {
                            "max_tokens": 8}),
     "cpu": Scale("cpu", "SmolLM2-135M-Instruct fine-tuned 1 step on 8 chitchat replies (sequence 320, lr 1e-4), "
                  "then every one of 24 dev replies per seed scored (gold NLL) and answered greedily (≤ 16 tokens)",
-                 budget="≤ 12 min on 2 quiet cores (≈ 100 CPU-seconds a cell, measured on one thread)", seeds=3,
+                 budget="≈ 32 min on 2 quiet cores (15 cells; ≈ 127 s a cell in the 3-seed report)", seeds=5,
                  params={"checkpoint": "smollm2-135m", "precision": "fp32", "train": 8, "eval": 24, "batch": 8,
                          "micro": 8, "seq": 320, "lr": 1e-4, "max_tokens": 16}),
     "gpu": Scale("gpu", "SmolLM2-135M-Instruct in bf16 fine-tuned 100 steps of 16 on 1,600 chitchat replies "
@@ -71,10 +82,11 @@ class MultiActor(DialogueCells):
     claim = ("Conditioning a dialogue model on reference utterances of the responding actor lowers the perplexity "
              "of that actor's replies and makes generated replies more recognisably that actor's than the same "
              "model without references.")
-    conditions = (NONE, REFS)
+    conditions = (NONE, OTHER, REFS)
     metrics = ("reply_ppl", "consistency", "f1", "dev_ppl", "consistency_gold")
-    comparisons = (Comparison(NONE, REFS, "reply_ppl", "less", headline=True),
-                   Comparison(NONE, REFS, "consistency", "greater"))
+    comparisons = (Comparison(OTHER, REFS, "reply_ppl", "less", headline=True),
+                   Comparison(NONE, REFS, "reply_ppl", "less"),
+                   Comparison(OTHER, REFS, "consistency", "greater"))
     # The abstract (arXiv 2005.06114 and ACL 2020.acl-main.8, checked) says that conditioning on past conversations
     # improves perplexity by 0.47 and that scale takes held-out Reddit perplexity from 23.14 (117M) to 13.14 (8.3B);
     # it does not say at which model size the 0.47 holds, and those are perplexities of Reddit replies under the
@@ -104,8 +116,9 @@ class MultiActor(DialogueCells):
     # ------------------------------------------------------------------------------------------ one cell
 
     def condition_flags(self, condition, seed, scale, options) -> list:
-        refs = {NONE: "0", REFS: str(K)}[condition]
-        return ["--actors", "--references", refs, "--reply-ppl", "--ranker-candidates", str(CANDIDATES)]
+        refs = {NONE: "0", OTHER: str(K), REFS: str(K)}[condition]
+        whose = ["--reference-actor", "other"] if condition == OTHER else []
+        return ["--actors", "--references", refs, *whose, "--reply-ppl", "--ranker-candidates", str(CANDIDATES)]
 
     def read_cell(self, condition, seed, scale, cell_dir) -> CellResult:
         """``results.json``'s numbers and the per-reply records; every record must carry ``reply_ppl``'s parts
@@ -126,10 +139,11 @@ class MultiActor(DialogueCells):
         data = "the user's conversations" if scale.name == "paper" else "chitchat's real conversations"
         parts = [f"Each seed fine-tunes the model on {p['train'] or 'every'} training repl"
                  f"{'y' if p['train'] == 1 else 'ies'} of {data} and evaluates {p['eval']} held-out dev replies "
-                 f"(another hashed sample of conversations per seed), with {K} reference utterances of the "
-                 "responding actor from its other conversations in the prompt or none. reply_ppl is the perplexity "
+                 f"(another hashed sample of conversations per seed), with {K} reference utterances in the prompt "
+                 "(the responding actor's, from its other conversations, or, the headline's control, another "
+                 "actor's, not in the conversation, under the same header) or none. reply_ppl is the perplexity "
                  "of the gold replies' tokens (and end-of-document) under the fine-tuned model, computed per reply, "
-                 "so the two conditions are compared on the same tokens of the same replies. Consistency is the "
+                 "so the conditions are compared on the same tokens of the same replies. Consistency is the "
                  f"share of greedy replies that a MiniLM ranker assigns to their own actor among {CANDIDATES} "
                  "(chance 0.2), each actor's profile being 10 of its utterances from conversations outside the "
                  "evaluated ones; consistency_gold, the same ranker on the gold replies, is what the measure can "
@@ -142,8 +156,9 @@ class MultiActor(DialogueCells):
             steps = max(1, p["train"] // p["batch"])
             parts.append(f"What this scale can show: whether SmolLM2-135M-Instruct, after {steps} fine-tuning "
                          f"step{'s' if steps > 1 else ''} on the prompt format, predicts an actor's reply better when "
-                         "it has read other utterances of that actor, paired per reply over "
-                         f"{p['eval']} replies × the seeds, and whether its greedy replies then sound more like the "
+                         "it has read other utterances of that actor than when it has read as many of another "
+                         f"actor's, paired per reply over {p['eval']} distinct replies per seed × "
+                         f"{scale.seeds} seeds, and whether its greedy replies then sound more like the "
                          "actor to the ranker.")
             parts.append("What it cannot show: the paper's result itself. Boyd et al. fine-tune GPTs of 117M to "
                          "8.3B parameters on 10.3M Reddit conversations conditioned on whole past conversations of "

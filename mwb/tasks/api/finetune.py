@@ -133,7 +133,7 @@ def rank_main(tree: dict, job: dict) -> None:
         write_results(out, task.name, best["metrics"], checkpoint=job["checkpoint"],
                       config=dataclasses.asdict(cfg),
                       extra={"best_checkpoint": best["path"], "epochs": history, "split": task.eval_split,
-                             "objective": task.objective.name})
+                             "objective": task.objective.name, "start": job.get("start")})
 
 
 def logged_epochs(out: str, start: int) -> list[dict]:

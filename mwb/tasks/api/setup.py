@@ -72,6 +72,22 @@ def generative_start(checkpoint: Optional[str]) -> tuple[Start, bool]:
     return Start("gpt", named=REAL_GPT), checkpoint is None and named_installed(REAL_GPT)
 
 
+def start_label(checkpoint: Optional[str], real: bool) -> str:
+    """Which start a fine-tuning run took, in words, for its log and ``results.json``'s ``start``."""
+    if checkpoint:
+        return f"--checkpoint {checkpoint}"
+    return f"{REAL_GPT} with LoRA rank {REAL_GPT_LORA['lora']['rank']}" if real else \
+        f"an mwb GPT run (the newest, or a tiny one trained now; {REAL_GPT} not installed or not declared)"
+
+
+def update_tree(base: dict, over: dict) -> dict:
+    """``base`` with ``over``'s leaves written in (nested dicts merged)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = update_tree(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
 def starting_checkpoint(start: Start, say: Say) -> str:
     """The checkpoint a job starts from when none is given: ``start.named`` when installed, else the newest
     ``runs/pretrain-ARCH[-DATA]-*`` run, else a tiny one trained now by ``mwb pretrain`` (a subprocess)."""
@@ -124,17 +140,34 @@ def finetune_task(cls, task_opts: dict, checkpoint: Optional[str], data: Optiona
                   configure: Configure, tokenizer: Optional[str], out: Optional[str], nproc: Optional[int],
                   resume: bool, say: Say) -> tuple[dict, str]:
     """``mwb finetune TASK``: set up from the task's declarations (:meth:`~.base.Task.start`, ``arches``,
-    ``finetuning``) and run the fine-tuning runner. Returns (``results.json``'s content, the run directory)."""
+    ``finetuning``) and run the fine-tuning runner. Returns (``results.json``'s content, the run directory).
+
+    A task that declares ``finetuning.real`` (:class:`~.spec.RealScale`) starts, without ``--checkpoint``,
+    by :func:`generative_start`'s rule, the one ``mwb finetune story`` uses: SmolLM2-135M with LoRA at the
+    declared scale when installed, else its own start. The start taken is said and kept in ``results.json``."""
+    scale = cls.finetuning.real
+    start, real = generative_start(checkpoint) if scale is not None else (None, False)
+    if real:  # the real start's smaller scale: option defaults under what the user gave
+        task_opts = {**scale.task_opts, **task_opts}
     task = cls(**task_opts)
     if epochs is not None and epochs < 1:
         raise ConfigError(f"--epochs must be at least 1, got {epochs}")
     data = data or task.data_path(None)  # a task without bundled data fails before any pretraining
-    setup = finetune_setup(f"task '{cls.name}' ({cls.objective})", task.arches(), task.start(), checkpoint,
-                           configure, tokenizer, say, defaults=task.finetuning.config)
+    defaults = task.finetuning.config
+    if real:
+        defaults = update_tree(update_tree(defaults, REAL_GPT_LORA), scale.config)
+        epochs = scale.epochs if epochs is None else epochs
+    setup = finetune_setup(f"task '{cls.name}' ({cls.objective})", task.arches(),
+                           start if real else task.start(), checkpoint, configure, tokenizer, say, defaults=defaults)
+    label = start_label(checkpoint, real)
+    epochs = task.finetuning.epochs if epochs is None else epochs
+    if checkpoint is None:
+        shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in scale.task_opts.items()) if real else ""
+        say(f"mwb: {cls.name} start: {label}; {epochs} epoch(s)" + (f", {shown}" if shown else ""))
     out = out or default_out(f"finetune-{cls.name}")
     job = {"task": cls.name, "task_opts": task_opts, "data": os.path.abspath(data) if os.path.exists(data) else data,
-           "checkpoint": setup.checkpoint, "out": out, "epochs": task.finetuning.epochs if epochs is None else epochs,
-           "tokenizer": setup.tokenizer, "resume": resume}
+           "checkpoint": setup.checkpoint, "out": out, "epochs": epochs, "tokenizer": setup.tokenizer,
+           "resume": resume, "start": label}
     return finetune(cls.name, setup.cfg, job, nproc), out
 
 

@@ -53,6 +53,19 @@ GENERATIVE_START = Start("gpt")
 
 
 @dataclass(frozen=True)
+class RealScale:
+    """What a no-argument run of a generative task trains when it starts from the real GPT
+    (:data:`~.setup.REAL_GPT`, LoRA): SmolLM2-135M costs ~70x the tiny GPT per token, so the tiny GPT's
+    default (all the bundled data, 3 epochs) would not finish in 10 minutes on 2 cores. ``config`` goes on top
+    of the task's ``finetuning.config`` and the LoRA defaults, ``epochs`` replaces ``finetuning.epochs`` and
+    ``task_opts`` are task option defaults (fewer examples); the user's flags, ``--epochs`` and task options
+    still win. A task declares one to take the real start at all (:func:`~.setup.generative_start`)."""
+    config: dict = field(default_factory=dict)
+    epochs: Optional[int] = None
+    task_opts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Finetuning:
     """What ``mwb finetune TASK`` reads from a task, beside its objective.
 
@@ -64,6 +77,8 @@ class Finetuning:
     ``config``    config overrides on top of the fine-tuning defaults (``{"optim": {"lr": 1e-4}, "train":
                   {"seq_length": 128}}``); the user's flags and ``--set`` still win
     ``larger``    one sentence for the command's help: what a run larger than the default needs
+    ``real``      the scale of a no-argument run from SmolLM2-135M with LoRA (:class:`RealScale`) when the
+                  models extra is installed; None: the task keeps its ``start`` (a tiny GPT) whatever is installed
     """
     training: Optional[ModuleType] = None
     start: Optional[Start] = None
@@ -71,3 +86,4 @@ class Finetuning:
     config: dict = field(default_factory=dict)
     larger: str = ("A larger run: the task's real data (--data), a larger pretrained model (--checkpoint), more "
                    "--epochs and a longer --seq-length; docs/downstream.md has the papers' recipes.")
+    real: Optional[RealScale] = None

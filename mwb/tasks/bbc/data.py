@@ -76,3 +76,12 @@ def split_articles(articles: list[dict], split: str, seed: int = SEED) -> list[d
         cuts = np.round(np.cumsum((0,) + FRACTIONS) * len(group)).astype(int)
         out.extend(group[i] for i in sorted(perm[cuts[k]:cuts[k + 1]]))
     return out
+
+
+def sample_articles(articles: list[dict], n: int, seed: int) -> list[dict]:
+    """A seeded sample of ``n`` of ``articles`` kept in corpus order (all of them when ``n`` is 0 or too many):
+    the same articles for the same seed and split, whatever else a run changes."""
+    if not n or n >= len(articles):
+        return articles
+    keep = np.random.default_rng([seed, len(articles)]).permutation(len(articles))[:n]
+    return [articles[i] for i in sorted(keep)]

@@ -20,7 +20,7 @@ from ..api.records import example_ids
 from ..api.registry import register
 from ..api.spec import Finetuning
 from ..api.objectives import CLASSIFICATION
-from .data import BUNDLED, read_articles, split_articles
+from .data import BUNDLED, read_articles, sample_articles, split_articles
 
 TOPICS = ("business", "entertainment", "politics", "sports", "tech")
 
@@ -44,10 +44,8 @@ class BbcTopic(Task):
 
     def read(self, path: str, split: str) -> list[dict]:
         articles = split_articles(read_articles(path), split)
-        n = self.opts["train_examples"]
-        if split == self.train_split and n and n < len(articles):  # a seeded sample, kept in corpus order
-            keep = np.random.default_rng([self.opts["sample_seed"], len(articles)]).permutation(len(articles))[:n]
-            articles = [articles[i] for i in sorted(keep)]
+        if split == self.train_split:
+            articles = sample_articles(articles, self.opts["train_examples"], self.opts["sample_seed"])
         unknown = sorted({a["topic"] for a in articles} - set(TOPICS))
         if unknown:
             raise DataError(f"{path}: unknown topic folder(s) {', '.join(unknown)} (expected {', '.join(TOPICS)})")

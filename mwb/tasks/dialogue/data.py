@@ -197,6 +197,18 @@ def references(index: dict, actor: str, exclude, k: int, seed: str) -> list[str]
     return sorted(pool, key=lambda text: bucket(text, seed))[:k]
 
 
+def other_actor(index: dict, actor: str, speakers, exclude: str, k: int, seed: str) -> Optional[str]:
+    """Another actor for ``actor``'s reference slot: not ``actor``, not one of ``speakers`` (the evaluated
+    conversation's), with at least ``k`` utterances outside conversation ``exclude``, picked by a seeded hash
+    (the same example always gets the same one). Why: the control for actor references shows as much in-domain
+    text in the same place, only not the responder's, so a gain over it is the actor's and not more text's.
+    None when no actor qualifies."""
+    banned = set(speakers) | {actor}
+    pool = [a for a, utts in index.items()
+            if a not in banned and sum(cid != exclude for cid, _ in utts) >= k]
+    return min(pool, key=lambda a: bucket(a, seed)) if pool else None
+
+
 def conversations_per_actor(conversations: list[dict]) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
     for c in conversations:

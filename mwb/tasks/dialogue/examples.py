@@ -120,16 +120,26 @@ def query_text(context: Sequence[dd.Turn], turns: int = 2) -> str:
 
 
 def build(items: list[dict], index: dict, references_k: int, knowledge: Optional[list[list[str]]],
-          top_k: int, gold_knowledge: bool, drawn: Optional[list[list[str]]] = None) -> list[dict]:
+          top_k: int, gold_knowledge: bool, drawn: Optional[list[list[str]]] = None,
+          reference_actor: str = "self") -> list[dict]:
     """Examples from :func:`candidates` ``items``: prompt, target, actor, and ``knowledge_ref`` (the gold
     knowledge when the data has it, else the top retrieved passage, clipped as the prompt clips it) for KF1.
     ``drawn`` (:func:`draw_passages`) replaces the retrieved passages *in the prompt* only: ``knowledge_ref``
-    stays the retrieved one, so KF1 measures the same overlap in every condition."""
+    stays the retrieved one, so KF1 measures the same overlap in every condition. ``reference_actor="other"``
+    shows the references of another actor (:func:`mwb.tasks.dialogue.data.other_actor`) under the same header:
+    the control for the responder's own; ``reference_actor`` in each example names whose they are."""
     out = []
     for n, it in enumerate(items):
         resp = it["response"]
-        refs = dd.references(index, resp.speaker, it["conversation"], references_k, seed=f"{it['conversation']}:"
-                             f"{it['turn']}") if references_k else []
+        key = f"{it['conversation']}:{it['turn']}"
+        whose = resp.speaker
+        if references_k and reference_actor == "other":
+            speakers = {t.speaker for t in it["context"]}
+            whose = dd.other_actor(index, resp.speaker, speakers, it["conversation"], references_k, seed=key)
+            if whose is None:
+                raise DataError(f"dialogue example {key}: no other actor has {references_k} utterances to show "
+                                f"as references")
+        refs = dd.references(index, whose, it["conversation"], references_k, seed=key) if references_k else []
         passages = knowledge[n] if knowledge is not None else []
         shown = [resp.knowledge] if gold_knowledge and resp.knowledge else \
             (drawn[n] if drawn is not None else passages)[:top_k]
@@ -137,5 +147,5 @@ def build(items: list[dict], index: dict, references_k: int, knowledge: Optional
         out.append({"id": f"{it['conversation']}:{it['turn']}",
                     "prompt": render_prompt(it["context"], resp.speaker, refs, shown), "target": resp.text,
                     "actor": resp.speaker, "conversation": it["conversation"], "knowledge_ref": ref,
-                    "topic": resp.topic})
+                    "topic": resp.topic, "reference_actor": whose if refs else None})
     return out

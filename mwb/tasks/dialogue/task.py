@@ -5,7 +5,8 @@ conversation: train, dev, test, plus ``unseen_actors``, the conversations of a h
 Wizard-of-Wikipedia directory / file (``train.json``; ``seen`` = ``test_random_split.json``, ``unseen`` =
 ``test_topic_split.json``; dev = ``valid_random_split.json`` when present, else seen); the Wizard's turns
 are the responses. Inputs: :mod:`.examples` (``--actors``: k reference utterances of the responding actor
-from *other* conversations, Boyd et al. 2020; ``--knowledge``: top-k passages retrieved for the context,
+from *other* conversations, Boyd et al. 2020, or with ``--reference-actor other`` another actor's, the
+control; ``--knowledge``: top-k passages retrieved for the context,
 Santhanam et al. 2020). ``--references 0`` / ``--top-k 0`` are the baselines on the same examples.
 Objective: generative, the loss on the response only. Metrics: dev response perplexity (fine-tuning),
 unigram F1 and KF1 of greedy replies (:mod:`.metrics`), with ``--actors`` the
@@ -26,6 +27,7 @@ from ..api import base
 from ..api.records import example_ids
 from ..api.registry import register
 from ..api.objectives import GENERATIVE
+from ..api.spec import Finetuning, RealScale
 from . import data as dd
 from . import examples as ex
 from .knowledge_sources import knowledge_path
@@ -38,11 +40,20 @@ class Dialogue(base.Task):
     description = "dialogue: context → next turn (chitchat / Wizard of Wikipedia), --actors | --knowledge; F1, KF1"
     objective = GENERATIVE
     metric = "f1"
+    # From SmolLM2-135M (LoRA) 2,000 examples would be 125 steps of ~15 s single-threaded: the no-argument run
+    # trains one epoch on 160 (10 steps at 128 tokens: three turns of context and the reply) and scores 48 dev
+    # replies; from the tiny GPT, the options' defaults (2,000 / 200), 3 epochs.
+    finetuning = Finetuning(real=RealScale(config={"train": {"seq_length": 128}}, epochs=1,
+                                           task_opts={"train_examples": 160, "eval_examples": 48}))
     options = {**base.Task.options,
                "actors": base.Option(bool, False, "Condition on reference utterances of the responding actor."),
                "knowledge": base.Option(bool, False, "Condition on passages retrieved for the context."),
                "references": base.Option(int, 3, low=0,
                                          help="Reference utterances per example with --actors (0: none)."),
+               "reference_actor": base.Option(str, "self", choices=("self", "other"),
+                                              help="Whose reference utterances with --actors: the responding "
+                                                   "actor's ('self') or another actor's, not in the conversation "
+                                                   "('other': the control, same place and count)."),
                "top_k": base.Option(int, 1, low=0, help="Retrieved passages in the prompt with --knowledge (0: none)."),
                "evidence": base.Option(str, None, "Knowledge TSV (id, text, title), 'wordnet' (WordNet glosses), "
                                                    "'wordnet+bundled' (both) or 'bundled' (Wikipedia sample, the "
@@ -126,7 +137,7 @@ class Dialogue(base.Task):
             drawn = ex.draw_passages(keys, knowledge_path(o["evidence"]), o["top_k"], o["knowledge_seed"], knowledge)
         refs = o["references"] if o["actors"] else 0
         out = ex.build(items, self.index, refs, knowledge, o["top_k"] if o["knowledge"] else 0,
-                       o["gold_knowledge"], drawn)
+                       o["gold_knowledge"], drawn, o["reference_actor"])
         self._read[(path, split)] = out
         return out
 

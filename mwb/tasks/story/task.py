@@ -25,8 +25,12 @@ one model compare with ``mwb compare A B --metric inclusion`` item by item.
 """
 from __future__ import annotations
 
+import glob
 import json
 import math
+import os
+import sys
+from typing import Optional
 
 import torch
 
@@ -40,6 +44,9 @@ from ..api.objectives import CUSTOM
 from .control import control_keywords, inclusion_share
 from .data import read_stories
 from .metrics import has_repeat, repeat_n, story_distinct, words
+from mwb.core.training.run_dir import RUNS
+
+from .train import MANIFEST
 from .writer import SENTENCES, StoryWriter, WriteConfig
 
 # --control → which stories a run writes: without control ("free"), with the test's keywords ("controlled")
@@ -52,7 +59,9 @@ class StoryEval(Task):
     objective = CUSTOM
     eval_split = "test"
     options = {**Task.options,
-               "stories": Option(int, 100, low=0, help="Evaluate the first N stories of the split (0: all)."),
+               "stories": Option(int, None, low=0, help="Evaluate the first N stories of the split (0: all; "
+                                                         "default 100 for a tiny generator, 24 for one of "
+                                                         "SmolLM2-135M's size)."),
                "conceptnet": Option(str, None, "ConceptNet assertions CSV instead of the run's knowledge base."),
                "seed": Option(int, 1234, "Sampling seed of the generated sentences."),
                "control": Option(str, "both", "Stories to write: both (without and with the test's keywords), "
@@ -63,15 +72,33 @@ class StoryEval(Task):
         if self.opts["control"] not in WRITES:
             raise ConfigError(f"--control must be one of {', '.join(WRITES)}, got {self.opts['control']!r}")
 
+    @classmethod
+    def default_checkpoint(cls, say=print) -> Optional[str]:
+        """The newest ``runs/finetune-story-*`` run that finished (its ``story.json``): what the no-argument
+        ``mwb finetune story`` wrote, from SmolLM2-135M with LoRA when the models extra is installed."""
+        runs = [r for r in glob.glob(os.path.join(RUNS, "finetune-story-*")) if os.path.isfile(os.path.join(r, MANIFEST))]
+        if not runs:
+            raise ConfigError("no --checkpoint given and no finished runs/finetune-story-* run: run `mwb finetune "
+                              "story` first or pass --checkpoint RUN")
+        run = max(runs, key=os.path.getmtime)
+        say(f"mwb: no --checkpoint given: evaluating the newest story run {run}")
+        return run
+
     def data_path(self, path):
         return path or package_path("rocstories")
 
     def load(self, path):
         stories = read_stories(self.data_path(path), self.opts["split"] or self.eval_split)
-        return stories[: self.opts["stories"]] if self.opts["stories"] else stories
+        n = TINY_STORIES if self.opts["stories"] is None else self.opts["stories"]  # load_model sizes it first
+        return stories[:n] if n else stories
 
     def load_model(self, checkpoint, tokenizer=None, device=None):
         writer = StoryWriter(checkpoint, device=device or "cpu", conceptnet=self.opts["conceptnet"])
+        if self.opts["stories"] is None:
+            self.opts["stories"] = default_stories(writer.cfg)
+            lora = f", LoRA rank {writer.cfg.lora.rank}" if writer.cfg.lora.rank else ""
+            print(f"mwb: story eval start: the run's generator ({generator_params(writer.cfg) / 1e6:.0f}M "
+                  f"parameters{lora}): {self.opts['stories']} stories", file=sys.stderr, flush=True)
         return writer.cfg, writer
 
     def build(self, examples, runner):
@@ -146,6 +173,26 @@ class StoryEval(Task):
         (its first sentence, what was written, the control keywords, the gold story), from the records."""
         rows = [{"first": r["gold"][0], **r["prediction"], "gold": r["gold"]} for r in records]
         return {"stories.jsonl": "".join(json.dumps(r) + "\n" for r in rows)}
+
+
+# Stories a no-argument evaluation writes: each is 8 sampled sentences, 4 keyword predictions and 4 scored gold
+# sentences; from SmolLM2-135M that is ~70x the tiny GPT's cost per token, so 24 stories (an estimate from its
+# measured training/generation rate single-threaded, docs/story.md) instead of 100 to stay within 10 minutes.
+TINY_STORIES, REAL_STORIES, LARGE_PARAMS = 100, 24, 50e6
+
+
+def generator_params(cfg) -> int:
+    """Weights of the generator's transformer blocks, from its config (no model needed): attention and a
+    gated (3-matrix) MLP per layer, the cost that scales a story's writing."""
+    m = cfg.model
+    ffn = m.ffn_hidden_size or 4 * m.hidden_size
+    return m.num_layers * (4 * m.hidden_size ** 2 + 3 * m.hidden_size * ffn)
+
+
+def default_stories(cfg) -> int:
+    """:data:`REAL_STORIES` for a generator of SmolLM2-135M's size (over :data:`LARGE_PARAMS`), else
+    :data:`TINY_STORIES`."""
+    return REAL_STORIES if generator_params(cfg) > LARGE_PARAMS else TINY_STORIES
 
 
 @torch.no_grad()

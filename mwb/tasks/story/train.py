@@ -26,7 +26,7 @@ from mwb.core.config import ConfigError, RunConfig
 from mwb.evaluation.results import write_results
 
 from ..api.finetune import finetune
-from ..api.setup import REAL_GPT_LORA, Configure, Say, finetune_setup, generative_start
+from ..api.setup import REAL_GPT_LORA, Configure, Say, finetune_setup, generative_start, update_tree
 from ..api.stages import Stages
 from .data import read_stories
 from .keyword_predictor import next_sentence_examples
@@ -209,10 +209,3 @@ def finetune_story(checkpoint: Optional[str], data: str, conceptnet: Optional[st
                        conceptnet=os.path.abspath(conceptnet) if conceptnet else None, ranker=ranker, **options)
     return run_story(scfg, setup.cfg, nproc)
 
-
-def update_tree(base: dict, over: dict) -> dict:
-    """``base`` with ``over``'s leaves written in (nested dicts merged)."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = update_tree(out.get(k, {}), v) if isinstance(v, dict) else v
-    return out

@@ -9,7 +9,8 @@ the pipeline's own report (``OUT/stages.json``, and logged as they happen). Outp
                       regardless of the filter: the size-matched control, so a reader trained on it takes as
                       many steps as one trained on ``synthetic.json`` and only the filter differs
 ``dropped.jsonl``     the pairs it dropped, with the answer the QA model recovered and its score
-``stages.json``       counts per stage, the settings, and seconds per stage: a link to the filter stage's
+``stages.json``       counts per stage (``questions_empty``: generations with no text, never kept as a pair),
+                      the settings, and seconds per stage: a link to the filter stage's
                       marker ``stages/filter.json`` (one write; it dangles while the filter is unfinished)
 
 A rerun with the same ``OUT`` skips what finished (:class:`~..api.stages.Stages`: markers written last, under
@@ -81,8 +82,9 @@ def make_records(evidence, rows: list[int], cfg: SynthesisConfig, lm, say) -> tu
         f"({sum(c.kind == 'date' for c in cands)} dates, {sum(c.kind == 'entity' for c in cands)} names)")
     contexts = [c.sentence if cfg.context == "sentence" else texts[c.passage] for c in cands]
     raw = generate_questions(lm, contexts, [c.text for c in cands], cfg.qg_shots, cfg.batch_size)
-    records = []
+    records, empty = [], 0
     for i, (c, q) in enumerate(zip(cands, raw)):
+        empty += not q.strip()  # the empty-output rule: a generation with no text is a failure, counted
         question = clean_question(q)
         if question is None:
             continue
@@ -91,9 +93,9 @@ def make_records(evidence, rows: list[int], cfg: SynthesisConfig, lm, say) -> tu
                         "context": texts[c.passage], "question": question, "answer": c.text, "answer_start": c.start,
                         "passage": c.passage})
     say(f"mwb: stage 2 questions: {len(records)} well-formed of {len(raw)} generated "
-        f"({len(raw) - len(records)} dropped: no '?' or under three words)")
+        f"({len(raw) - len(records)} dropped: {empty} empty, the rest with no '?' or under three words)")
     return records, {"passages": len(rows), "answer_candidates": len(cands), "questions_generated": len(raw),
-                     "questions_well_formed": len(records)}
+                     "questions_empty": empty, "questions_well_formed": len(records)}
 
 
 def train_reader(data: str, out: str, cfg: SynthesisConfig, say) -> str:

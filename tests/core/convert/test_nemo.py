@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from mwb.core.compose import load_full_model
-from mwb.core.convert import ConversionError, convert
+from mwb.core.convert import ConversionError, convert, nemo_to_mwb
 from mwb.core.convert.megatron_legacy import flatten_tensors
 from tests.helpers.cli import run_cli
 from tests.helpers.megatron_legacy import write_gpt2
@@ -180,10 +180,8 @@ def _redcp(src_dir: str, dst_dir: str, prefix: str) -> None:
         json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1}, f)
 
 
-@needs("megatron.core")
-def test_nemo2_directory_logits_match_megatron_core(refs, tmp_path):
-    spec, ref = SPECS["llamalike"], refs["llamalike"]
-    root = tmp_path / "nemo2"
+def _nemo2_dir(ref: dict, spec: dict, root) -> str:
+    """A NeMo 2 directory (``context/model.yaml``, ``context/nemo_tokenizer/``, ``weights/``) of ``ref``."""
     _redcp(ref["dist"], str(root / "weights"), "module.")
     tok = root / "context" / "nemo_tokenizer"
     tok.mkdir(parents=True)
@@ -198,9 +196,62 @@ def test_nemo2_directory_logits_match_megatron_core(refs, tmp_path):
               "make_vocab_size_divisible_by": 8}
     (root / "context" / "model.yaml").write_text(yaml.safe_dump(
         {"_target_": "nemo.collections.llm.gpt.model.llama.LlamaModel", "config": config}))
-    _, out, family = convert(str(root), str(tmp_path / "mwb"))
+    return str(root)
+
+
+@needs("megatron.core")
+def test_nemo2_directory_logits_match_megatron_core(refs, tmp_path):
+    root = _nemo2_dir(refs["llamalike"], SPECS["llamalike"], tmp_path / "nemo2")
+    _, out, family = convert(root, str(tmp_path / "mwb"))
     assert family == "nemo-gpt" and glob.glob(os.path.join(out, "tokenizer", "vocab.json"))
-    _check(out, ref)
+    _check(out, refs["llamalike"])
+
+
+def _counting_converter(monkeypatch) -> list:
+    """Count the conversions ``--checkpoint`` runs (the cached-model path calls ``named_models.nemo_to_mwb``)."""
+    from mwb.core import named_models
+    calls = []
+
+    def counted(src, dst, overwrite=False):
+        calls.append(src)
+        return nemo_to_mwb(src, dst, overwrite)
+    monkeypatch.setattr(named_models, "nemo_to_mwb", counted)
+    return calls
+
+
+def test_checkpoint_flag_converts_a_nemo_file_once_into_cache(gpt2, tmp_path, monkeypatch):
+    from mwb.core.named_models import local_checkpoint
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    calls = _counting_converter(monkeypatch)
+    src = _legacy_nemo(gpt2, tmp_path, tp=2, gz=True)
+    first = local_checkpoint(src)
+    assert first.startswith(str(tmp_path / "cache")) and len(calls) == 1
+    assert local_checkpoint(src) == first and len(calls) == 1  # the second use reads the cache
+    _, model, _ = load_full_model(src)  # what every --checkpoint goes through
+    x = torch.randint(0, V, (1, 6), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        got, ref = model(x), gpt2(x).logits
+    assert len(calls) == 1 and (got[..., :V] - ref).abs().max().item() < 1e-5
+
+
+@needs("megatron.core")
+def test_checkpoint_flag_converts_a_nemo2_directory_once_into_cache(refs, tmp_path, monkeypatch):
+    from mwb.core.named_models import local_checkpoint
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    calls = _counting_converter(monkeypatch)
+    root = _nemo2_dir(refs["llamalike"], SPECS["llamalike"], tmp_path / "nemo2")
+    first = local_checkpoint(root)
+    assert first.startswith(str(tmp_path / "cache")) and local_checkpoint(root) == first and len(calls) == 1
+    _check(root, refs["llamalike"])  # load_full_model(root) reads the cached conversion
+    assert len(calls) == 1
+
+
+def test_mwb_convert_of_a_nemo_file_still_writes_an_mwb_checkpoint(gpt2, tmp_path, capsys, monkeypatch):
+    """``mwb convert X.nemo DST`` converts X itself (not its cached copy exported onwards to Hugging Face)."""
+    monkeypatch.setenv("MWB_CACHE", str(tmp_path / "cache"))
+    src = _legacy_nemo(gpt2, tmp_path)
+    code, out, err = run_cli(["convert", src, str(tmp_path / "mwb")], capsys)
+    assert code == 0 and "mwb checkpoint" in out and (tmp_path / "mwb" / "metadata.json").exists()
 
 
 @needs("megatron.core")

@@ -101,3 +101,13 @@ def test_real_chitchat_has_stable_actors():
     assert len(convs) == 7168
     per = dd.conversations_per_actor(convs)
     assert len(per) == 1315 and max(per.values()) > 1000
+
+
+def test_other_actor_is_outside_the_conversation_and_has_enough_utterances():
+    index = {"A": [("c1", "a1"), ("c2", "a2")], "B": [("c1", "b1"), ("c3", "b2"), ("c4", "b3")],
+             "C": [("c2", "x")], "D": [("c5", "d1"), ("c6", "d2")], "E": [("c1", "e1"), ("c7", "e2")]}
+    # responder B in c1 with A: C has 1 utterance (< k), E has 1 outside c1; only D qualifies
+    assert dd.other_actor(index, "B", {"A"}, "c1", 2, seed="c1:2") == "D"
+    picks = {dd.other_actor(index, "B", {"A"}, "c1", 1, seed=f"c1:{t}") for t in range(40)}
+    assert picks == {"C", "D", "E"}  # the hash spreads over every qualifying actor, never B or A
+    assert dd.other_actor(index, "B", {"A", "D"}, "c1", 2, seed="s") is None

@@ -1,50 +1,11 @@
 """The story writer's sentence step never returns an empty sentence: a tiny GPT whose first sampled token is
 the separator (end of document, or the line break the writer stops at) still writes words."""
-import re
-
 import pytest
 import torch
 
 from mwb.evaluation.generation import SamplingParams, generate
-from mwb.evaluation.lm import LanguageModel
 from mwb.tasks.story.sentences import has_words, word_token_mask, write_sentences
-from tests.evaluation.eval_helpers import tiny_gpt
-
-VOCAB = ["<|endoftext|>", "\n", ".", ","] + [f" w{i}" for i in range(60)]
-EOD, NEWLINE, WORDS = 0, 1, 4
-TOKEN = re.compile(r"<\|endoftext\|>|\n|\.|,| w\d+")
-
-
-class WordTokenizer:
-    vocab_size = len(VOCAB)
-    eod = EOD
-
-    def encode(self, text):
-        return [VOCAB.index(t) for t in TOKEN.findall(text)]
-
-    def decode(self, ids):
-        return "".join(VOCAB[i] for i in ids)
-
-
-class Biased(LanguageModel):
-    """Adds ``bias`` to chosen tokens' logits at every position: +50 on a separator makes it the first token."""
-
-    def __init__(self, model, tok, bias: dict) -> None:
-        super().__init__(model, tok)
-        self.bias = bias
-
-    def logits(self, tokens, **kw):
-        out = super().logits(tokens, **kw)
-        for t, b in self.bias.items():
-            out[..., t] += b
-        return out
-
-
-def lm(bias=None, max_positions=64):
-    model = tiny_gpt(len(VOCAB), seed=5, num_layers=2, hidden_size=32, num_attention_heads=4,
-                     max_position_embeddings=max_positions).eval()
-    return Biased(model, WordTokenizer(), bias or {})
-
+from tests.helpers.biased_lm import EOD, NEWLINE, VOCAB, WORDS, lm
 
 PROMPTS = [" w1 w2.\n w3", " w7 w8 w9 w10", " w5"]
 

@@ -43,3 +43,26 @@ def test_story_scale_and_lora_follow_the_start(installed, monkeypatch, tmp_path)
     scfg = train.finetune_story(None, str(tmp_path), None, lambda b: b, None, str(tmp_path / "o"), None,
                                 said.append, RankerConfig(), **{**opts, "train_stories": 7, "generator_epochs": 3})
     assert (scfg.train_stories, scfg.generator_epochs) == (7, 3)  # given values win over the scale
+
+
+def test_story_eval_defaults_to_the_newest_story_run_and_sizes_its_stories(tmp_path, monkeypatch):
+    from mwb.core.config import update
+    from mwb.core.config import ConfigError
+    from mwb.tasks.story import task as story_task
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="mwb finetune story"):
+        story_task.StoryEval.default_checkpoint(say=lambda m: None)
+    import os
+    import time
+    for i, name in enumerate(["finetune-story-20260101-000000", "finetune-story-20260102-000000"]):
+        os.makedirs(tmp_path / "runs" / name)
+        (tmp_path / "runs" / name / "story.json").write_text("{}")
+        os.utime(tmp_path / "runs" / name, (time.time() + i, time.time() + i))
+    os.makedirs(tmp_path / "runs" / "finetune-story-20260103-000000")  # unfinished: no story.json
+    said = []
+    assert story_task.StoryEval.default_checkpoint(say=said.append).endswith("finetune-story-20260102-000000")
+    assert said and "newest story run" in said[0]
+    smol = update(RunConfig(), {"model": {"num_layers": 30, "hidden_size": 576, "ffn_hidden_size": 1536}})
+    tiny = update(RunConfig(), {"model": {"num_layers": 2, "hidden_size": 128, "ffn_hidden_size": 512}})
+    assert story_task.generator_params(smol) == 30 * (4 * 576 ** 2 + 3 * 576 * 1536)
+    assert (story_task.default_stories(smol), story_task.default_stories(tiny)) == (24, 100)

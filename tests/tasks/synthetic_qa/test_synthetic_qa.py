@@ -98,7 +98,7 @@ def test_pipeline_logs_and_writes_stage_counts(tmp_path, monkeypatch):
     report = pipeline.synthesize(cfg, say=logs.append)
     n_cands = len(answer_candidates(PASSAGES, 2, 1))
     assert report["counts"] == {"passages": 3, "answer_candidates": n_cands, "questions_generated": n_cands,
-                                "questions_well_formed": 3, "roundtrip_kept": 1, "roundtrip_dropped": 2}
+                                "questions_empty": 0, "questions_well_formed": 3, "roundtrip_kept": 1, "roundtrip_dropped": 2}
     assert any("stage 3 roundtrip" in m and "kept 1, dropped 2 of 3" in m for m in logs)
     out = tmp_path / "out"
     assert len(read_squad(str(out / "unfiltered.json"))) == 3
