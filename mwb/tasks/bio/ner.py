@@ -28,6 +28,7 @@ from mwb.core.errors import DataError
 from ..api.base import MetricSpec, Option, Task
 from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file as find_split
+from ..api.records import example_ids
 from ..api.registry import register
 from ..api.spec import Finetuning, Start
 from ..api.objectives import TOKEN_CLASSIFICATION
@@ -163,9 +164,9 @@ class NER(Task):
         ``recall`` and ``f1`` (conlleval chunks) and ``f1_strict`` (strict IOB2), so the summed counts give
         the corpus scores; ``prediction`` and ``gold`` are the tag sequences."""
         out = []
-        for tags, e in zip(self.tags(preds, examples), examples):
+        for tags, e, rid in zip(self.tags(preds, examples), examples, example_ids(examples)):
             parts = entity_counts(tags, e["tags"], "conlleval")
-            out.append({"id": e["id"], "prediction": tags, "gold": e["tags"], "precision": parts, "recall": parts,
+            out.append({"id": rid, "prediction": tags, "gold": e["tags"], "precision": parts, "recall": parts,
                         "f1": parts, "f1_strict": entity_counts(tags, e["tags"], "strict")})
         return out
 

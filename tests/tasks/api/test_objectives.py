@@ -70,6 +70,7 @@ def test_no_objective_name_compared_and_no_runner_probed():
     hits = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
             for line in p.read_text().splitlines() if pattern.search(line)]
     # the option assignments still left (options not yet immutable): the default context length (evaluate,
-    # T5), the QA reader's kind and the retrieval QA's reader, each filled in from the loaded model
+    # T5), the QA reader's kind, the retrieval QA's reader and the story eval's story count (by generator
+    # size), each filled in from the loaded model
     assert sorted(hits) == ["tasks/api/evaluate.py", "tasks/api/generative_objective.py", "tasks/qa/reader.py",
-                            "tasks/qa/retrieval.py", "tasks/qa/retrieval.py"], hits
+                            "tasks/qa/retrieval.py", "tasks/qa/retrieval.py", "tasks/story/task.py"], hits
