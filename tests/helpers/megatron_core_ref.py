@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 
 import torch
@@ -53,6 +54,19 @@ def build(spec: dict):
     return GPTModel(cfg, get_gpt_layer_local_spec(normalization=spec["norm"]), vocab_size=spec["padded_vocab"],
                     max_sequence_length=spec["max_pos"], position_embedding_type=spec["pos"],
                     share_embeddings_and_output_weights=spec["tied"]).eval()
+
+
+
+def run_reference(specs: dict, d) -> dict:
+    """This module run as its own process on ``specs`` (written to ``d/spec.json``): what :func:`main` saved
+    in ``d/ref.pt`` (each spec's state dict and logits)."""
+    spec, out = d / "spec.json", d / "ref.pt"
+    spec.write_text(json.dumps(specs))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+    r = subprocess.run([sys.executable, "-m", "tests.helpers.megatron_core_ref", str(spec), str(out)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return torch.load(out, weights_only=False)
 
 
 def main(spec_file: str, out_file: str) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,7 +16,7 @@ import torch
 from mwb.core.compose import load_full_model
 from mwb.core.convert import convert
 from tests.helpers.megatron_core_ckpt import write_core_torch
-from tests.helpers.megatron_core_ref import tiny_specs
+from tests.helpers.megatron_core_ref import run_reference, tiny_specs
 from tests.helpers.needs import needs
 
 pytestmark = needs("megatron.core")
@@ -30,13 +28,7 @@ SPECS = tiny_specs(V, 128, (1, 2), llama_groups=4)
 @pytest.fixture(scope="module")
 def refs(tmp_path_factory):
     d = tmp_path_factory.mktemp("mcore")
-    spec, out = d / "spec.json", d / "ref.pt"
-    spec.write_text(json.dumps(SPECS))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    r = subprocess.run([sys.executable, "-m", "tests.helpers.megatron_core_ref", str(spec), str(out)],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return torch.load(out, weights_only=False)
+    return run_reference(SPECS, d)
 
 
 def _vocab(d: str) -> None:

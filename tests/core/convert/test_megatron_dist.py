@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,23 +18,13 @@ from safetensors.torch import load_file
 from mwb.core.compose import load_full_model
 from mwb.core.convert import convert
 from tests.helpers.cli import run_cli
-from tests.helpers.megatron_core_ref import tiny_specs
+from tests.helpers.megatron_core_ref import run_reference, tiny_specs
 from tests.helpers.needs import needs
 
 pytestmark = needs("megatron.core")
 
 V = 101
 SPECS = tiny_specs(V, 104, (3, 4), llama_groups=2)
-
-
-def _run_ref(specs: dict, d) -> dict:
-    spec, out = d / "spec.json", d / "ref.pt"
-    spec.write_text(json.dumps(specs))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    r = subprocess.run([sys.executable, "-m", "tests.helpers.megatron_core_ref", str(spec), str(out)],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return torch.load(out, weights_only=False)
 
 
 def _vocab(d) -> None:
@@ -50,7 +38,7 @@ def _vocab(d) -> None:
 def saved(tmp_path_factory):
     d = tmp_path_factory.mktemp("dist")
     specs = {n: {**s, "save_dist": str(d / n)} for n, s in SPECS.items()}
-    refs = _run_ref(specs, d)
+    refs = run_reference(specs, d)
     for n in SPECS:
         _vocab(d / n)
     return d, refs
@@ -83,7 +71,7 @@ def test_writes_torch_dist_megatron_core_loads_and_round_trip_is_exact(saved, tm
         ma, mb = (json.loads((p / "metadata.json").read_text())["config"]["model"] for p in (mwb, back))
         assert ma == mb
         loads[name] = {**SPECS[name], "load_dist": str(tmp_path / f"{name}-mcore" / "release")}
-    got = _run_ref(loads, tmp_path)
+    got = run_reference(loads, tmp_path)
     for name in SPECS:  # megatron-core's own loader into its own GPTModel gives the original logits
         assert (got[name]["logits"][..., :V] - refs[name]["logits"][..., :V]).abs().max().item() < 1e-5, name
 

@@ -12,8 +12,6 @@ import glob
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
 
 import pytest
@@ -25,7 +23,7 @@ from mwb.core.convert import ConversionError, convert, nemo_to_mwb
 from mwb.core.convert.megatron_legacy import flatten_tensors
 from tests.helpers.cli import run_cli
 from tests.helpers.megatron_legacy import write_gpt2
-from tests.helpers.megatron_core_ref import tiny_specs
+from tests.helpers.megatron_core_ref import run_reference, tiny_specs
 from tests.helpers.needs import needs
 
 V = 101
@@ -123,13 +121,7 @@ SPECS = tiny_specs(V, 104, (5, 6), llama_groups=2)
 def refs(tmp_path_factory):
     d = tmp_path_factory.mktemp("nemo-mcore")
     specs = {n: {**s, "save_dist": str(d / n)} for n, s in SPECS.items()}
-    spec, out = d / "spec.json", d / "ref.pt"
-    spec.write_text(json.dumps(specs))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    r = subprocess.run([sys.executable, "-m", "tests.helpers.megatron_core_ref", str(spec), str(out)],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    ref = torch.load(out, weights_only=False)
+    ref = run_reference(specs, d)
     for n in SPECS:
         ref[n]["dist"] = str(d / n / "release")
     return ref
