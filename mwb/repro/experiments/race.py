@@ -97,9 +97,10 @@ class Race(Experiment):
     scales = SCALES
     paper_options = {
         "race_data": DataOption("the RACE directory: RACE/{train,dev,test}/{middle,high}/*.txt, or the `datasets` "
-                                "RACE files ({split}.jsonl/.parquet)"),
+                                "RACE files ({split}.jsonl/.parquet)", path=True),
         "checkpoint": DataOption("the pretrained BERT to fine-tune: an mwb run, a Hugging Face BERT directory or a "
-                                 "named model (the paper's: Megatron-BERT 3.9B)"),
+                                 "named model (the paper's: Megatron-BERT 3.9B; the released 345M: megatron_bert_345m "
+                                 "with --set shape=336m)", path=True),
         "tokenizer": DataOption("that checkpoint's tokenizer (vocab.txt directory or tokenizer.json); the random "
                                 "init reads it too"),
         "shape": DataOption("the checkpoint's shape for the random init: 336m, 1.3b or 3.9b (Table 4)",
