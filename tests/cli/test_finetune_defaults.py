@@ -10,7 +10,7 @@ from mwb.core.config import ConfigError
 from mwb.core.training.run_dir import latest_run
 from mwb.tasks.api import setup
 from mwb.tasks.api.registry import get_task
-from mwb.tasks.api.spec import Start
+from mwb.tasks.api.finetuning_spec import Start
 from tests.helpers.checkpoints import tiny_checkpoint
 from tests.helpers.cli import run_cli
 

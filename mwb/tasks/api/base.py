@@ -46,7 +46,7 @@ from mwb.evaluation.metric_specs import MetricSpec, aggregate_metrics
 from .objectives import (CLASSIFICATION, CUSTOM, ENCODER_OBJECTIVES, GENERATIVE, MULTIPLE_CHOICE,  # noqa: F401
                          OBJECTIVES, REGRESSION, SPAN, TOKEN_CLASSIFICATION, GenerationOptions, Objective)
 from .records import default_records
-from .spec import Finetuning, Start
+from .finetuning_spec import Finetuning, Start
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class Task:
         "batch_size": Option(int, 8, low=1, help="Examples per forward pass."),
         "seq_length": Option(int, None, low=1, help="Input length (default: the checkpoint's)."),
     }
-    finetuning: ClassVar[Finetuning] = Finetuning()  # what `mwb finetune` reads (:mod:`.spec`)
+    finetuning: ClassVar[Finetuning] = Finetuning()  # what `mwb finetune` reads (:mod:`.finetuning_spec`)
 
     def __init__(self, **opts: Any) -> None:
         unknown = set(opts) - set(self.options)
@@ -117,7 +117,7 @@ class Task:
         return self.objective.arches()
 
     def start(self) -> Start:
-        """Where ``mwb finetune`` starts without ``--checkpoint`` (:class:`~.spec.Start`): the declared
+        """Where ``mwb finetune`` starts without ``--checkpoint`` (:class:`~.finetuning_spec.Start`): the declared
         ``finetuning.start``, else the objective's — ``minilm-l6`` when installed, else a tiny BERT, for encoder
         heads; a tiny GPT for generative targets."""
         return self.finetuning.start or self.objective.start()

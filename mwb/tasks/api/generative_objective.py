@@ -33,7 +33,7 @@ from mwb.evaluation.seq2seq import Seq2SeqModel, generate_seq2seq  # noqa: F401 
 from mwb.pretraining.t5 import T5Spec
 
 from .encoder_model import copy_available
-from .spec import GENERATIVE_ARCHES as ARCHES
+from .finetuning_spec import GENERATIVE_ARCHES as ARCHES
 
 
 def _texts(task, example: dict) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from mwb.evaluation.metric_specs import MetricSpec
 
-from .spec import ENCODER_ARCHES, ENCODER_START, GENERATIVE_ARCHES, GENERATIVE_START, Start
+from .finetuning_spec import ENCODER_ARCHES, ENCODER_START, GENERATIVE_ARCHES, GENERATIVE_START, Start
 
 
 @dataclass(frozen=True)

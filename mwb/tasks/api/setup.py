@@ -7,7 +7,7 @@ defaults, the job's own defaults, then the user's flags). Answered once here, th
 apart between commands. ``mwb eval`` asks only the first question, with its own rule
 (:func:`eval_checkpoint`).
 
-The rule for a missing ``--checkpoint`` (:func:`starting_checkpoint`), from a :class:`~.spec.Start`: a named
+The rule for a missing ``--checkpoint`` (:func:`starting_checkpoint`), from a :class:`~.finetuning_spec.Start`: a named
 real model when its package is installed (``minilm-l6`` for encoder tasks); else the newest run of the right
 ``mwb pretrain``; else a tiny one trained now. Each choice is said out loud.
 """
@@ -28,7 +28,7 @@ from mwb.core.training.run_dir import default_out, latest_run
 from mwb.evaluation.loading import resolve_checkpoint
 
 from .finetune import finetune
-from .spec import Start
+from .finetuning_spec import Start
 
 Say = Callable[[str], None]
 Configure = Callable[[RunConfig], RunConfig]
@@ -142,7 +142,7 @@ def finetune_task(cls, task_opts: dict, checkpoint: Optional[str], data: Optiona
     """``mwb finetune TASK``: set up from the task's declarations (:meth:`~.base.Task.start`, ``arches``,
     ``finetuning``) and run the fine-tuning runner. Returns (``results.json``'s content, the run directory).
 
-    A task that declares ``finetuning.real`` (:class:`~.spec.RealScale`) starts, without ``--checkpoint``,
+    A task that declares ``finetuning.real`` (:class:`~.finetuning_spec.RealScale`) starts, without ``--checkpoint``,
     by :func:`generative_start`'s rule, the one ``mwb finetune story`` uses: SmolLM2-135M with LoRA at the
     declared scale when installed, else its own start. The start taken is said and kept in ``results.json``."""
     scale = cls.finetuning.real

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..api.base import Option
 from ..api.registry import register
-from ..api.spec import Finetuning, RealScale
+from ..api.finetuning_spec import Finetuning, RealScale
 from ..text.summarize import Summarize
 from .data import BUNDLED, read_articles, sample_articles, split_articles
 

@@ -18,7 +18,7 @@ from mwb.core.errors import DataError
 from ..api.base import MetricSpec, Option, Task, pair_inputs
 from ..api.records import example_ids
 from ..api.registry import register
-from ..api.spec import Finetuning
+from ..api.finetuning_spec import Finetuning
 from ..api.objectives import CLASSIFICATION
 from .data import BUNDLED, read_articles, sample_articles, split_articles
 

@@ -30,7 +30,7 @@ from ..api.formats.checks import read_text
 from ..api.formats.splits import split_file as find_split
 from ..api.records import example_ids
 from ..api.registry import register
-from ..api.spec import Finetuning, Start
+from ..api.finetuning_spec import Finetuning, Start
 from ..api.objectives import TOKEN_CLASSIFICATION
 from .ner_metrics import conlleval_f1, entity_counts, split_tag
 from .wnut16 import resolve

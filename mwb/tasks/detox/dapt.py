@@ -34,7 +34,7 @@ from mwb.evaluation.results import write_results
 
 from ..api.generative_objective import GenerativeGPTSpec
 from ..api.setup import Configure, Say, Setup, finetune_setup
-from ..api.spec import Start
+from ..api.finetuning_spec import Start
 
 HELD_OUT_SPLIT = "949,50,1"
 PAPER_OPTIM = {"name": "adamw", "lr": 2e-5, "min_lr": 0.0, "lr_schedule": "constant", "warmup_steps": 0,

@@ -25,7 +25,7 @@ from mwb.core.errors import DataError
 from ..api import base
 from ..api.registry import register
 from ..api.objectives import GENERATIVE
-from ..api.spec import Finetuning, RealScale
+from ..api.finetuning_spec import Finetuning, RealScale
 from . import data as dd
 from . import examples as ex
 from .knowledge_sources import knowledge_path

@@ -38,7 +38,7 @@ from mwb.retrieval.qa_system import RandomRetriever
 from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 from ..api.base import MetricSpec, Option, Task
-from ..api.spec import Finetuning, Start
+from ..api.finetuning_spec import Finetuning, Start
 from ..api.records import unique
 from ..api.registry import register
 from ..api.objectives import CUSTOM

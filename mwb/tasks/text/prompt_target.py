@@ -18,7 +18,7 @@ from ..api.base import Option, Task
 from ..api.formats.prompt_target import read_pairs, to_pair
 from ..api.registry import register
 from ..api.objectives import GENERATIVE
-from ..api.spec import Finetuning, RealScale
+from ..api.finetuning_spec import Finetuning, RealScale
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "bundled", "prompt_target")
 

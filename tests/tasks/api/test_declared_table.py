@@ -11,7 +11,7 @@ import yaml
 from mwb.core.config import ConfigError, update
 from mwb.tasks.api import encoder_objective, registry, setup
 from mwb.tasks.api.base import Task, single_inputs
-from mwb.tasks.api.spec import ENCODER_START, GENERATIVE_START, Finetuning, Start
+from mwb.tasks.api.finetuning_spec import ENCODER_START, GENERATIVE_START, Finetuning, Start
 from mwb.tasks.api.objectives import CLASSIFICATION, GENERATIVE
 from tests.helpers.checkpoints import tiny_checkpoint
 

@@ -7,7 +7,7 @@ import pytest
 from mwb.core.config import RunConfig
 from mwb.tasks.api import setup
 from mwb.tasks.api.registry import get_task
-from mwb.tasks.api.spec import GENERATIVE_START
+from mwb.tasks.api.finetuning_spec import GENERATIVE_START
 
 
 def resolve(name, installed, monkeypatch, checkpoint=None, task_opts=None, epochs=None):
