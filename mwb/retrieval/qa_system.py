@@ -15,7 +15,7 @@ import importlib.util
 import os
 import sys
 import zlib
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
@@ -97,6 +97,7 @@ class QASystem:
     def __init__(self, evidence, match: str) -> None:
         self.evidence, self.match = evidence, match
         self.retrievers: dict = {}
+        self.dpr_encoder: Optional[str] = None  # where the DPR encoder came from, when DPR retrieves
         self.matcher = CorpusMatcher(evidence.texts, match)
 
     def passage_tokens(self, row: int) -> list[str]:
@@ -139,11 +140,11 @@ def _say(msg: str) -> None:
         print(f"mwb: {msg}", file=sys.stderr, flush=True)
 
 
-def build_system(opts: dict, retrievers, checkpoint: str, tokenizer: Optional[str], device, rank: int, world: int,
+def build_system(opts: Mapping, retrievers, checkpoint: str, tokenizer: Optional[str], device, rank: int, world: int,
                  group) -> tuple[RunConfig, QASystem]:
     """The evidence, its DPR index (embedded over the ``world`` ranks of ``group``, cached) and/or BM25.
     ``opts``: the qa task's options (evidence, match, query/context length, batch size, index, nprobe);
-    ``opts['dpr_encoder']`` is set to the encoder's description."""
+    the system's ``dpr_encoder`` says where the DPR encoder came from. ``opts`` is only read."""
     import torch
 
     device = device or torch.device("cpu")
@@ -164,7 +165,7 @@ def build_system(opts: dict, retrievers, checkpoint: str, tokenizer: Optional[st
             raise ConfigError(f"{checkpoint} names no tokenizer: pass --tokenizer PATH")
         tok = load_tokenizer(tok_path)
         _say(f"DPR encoder: {source.description}")
-        opts["dpr_encoder"] = source.description
+        system.dpr_encoder = source.description
         key = embedding_key(model, rcfg, tok_path, evidence.path)
         emb, emb_dir, _ = embed_evidence(model, tok, evidence, rcfg, key, batch_size=opts["batch_size"],
                                          device=device, rank=rank, world=world, group=group)

@@ -9,6 +9,8 @@ resume is announced, how a stop signal is handled, what the closing lines say) r
 - :func:`start_rank`: the config tree back into a :class:`~mwb.core.config.RunConfig`, distributed init, and a
   ``say`` that prints on rank 0 only;
 - :func:`resume_latest`: load ``OUT/checkpoints/latest`` when ``--resume`` asks, and say so;
+- :class:`StepHook`: what a trainer calls after every step (log, evaluate, checkpoint); a plain function of
+  the same arguments is one too;
 - :func:`train`: signal handlers (SIGTERM / Ctrl-C save a checkpoint through the step hook), the run, its time;
 - :func:`banner`: the closing ``mwb: run directory / metrics / checkpoint ...`` lines, one format;
 - :func:`launch_training`: the launching side: the layout check, the run's config tree with ``train.out``,
@@ -68,9 +70,20 @@ def resume_latest(trainer, ckpt_root: str, resume: bool, say: Callable, announce
     return start, latest
 
 
+class StepHook:
+    """Called as ``hook(trainer, result, stop)`` after every optimizer step (``result``: the step's
+    :class:`~.trainer.StepResult`; ``stop``: a stop signal arrived, so checkpoint now). The per-command part
+    of a training loop lives in one: fine-tuning's per-epoch evaluation and best checkpoint
+    (:class:`mwb.tasks.api.epoch_evaluation.EpochEvaluation`), pretraining's interval actions."""
+
+    def __call__(self, trainer, result, stop: bool) -> None:
+        raise NotImplementedError
+
+
 def train(trainer, after_step: Callable) -> tuple[list, float]:
-    """Install the stop-signal handlers, run ``trainer`` with ``after_step(trainer, result, stop)`` (which
-    checkpoints when ``stop``), and return (the step history, seconds it took)."""
+    """Install the stop-signal handlers, run ``trainer`` with ``after_step(trainer, result, stop)`` (a
+    :class:`StepHook` or a function of those arguments; it checkpoints when ``stop``), and return (the step
+    history, seconds it took)."""
     trainer.install_signal_handlers()
     t0 = time.time()
     history = trainer.run(after_step)

@@ -35,7 +35,8 @@ do everything else: checkpoints, parallel layouts, data-parallel sharding of eva
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -46,7 +47,7 @@ from mwb.evaluation.metric_specs import MetricSpec, aggregate_metrics
 from .objectives import (CLASSIFICATION, CUSTOM, ENCODER_OBJECTIVES, GENERATIVE, MULTIPLE_CHOICE,  # noqa: F401
                          OBJECTIVES, REGRESSION, SPAN, TOKEN_CLASSIFICATION, GenerationOptions, Objective)
 from .records import default_records
-from .finetuning_spec import Finetuning, Start
+from .finetuning_spec import Finetuning, Start, Training
 
 
 @dataclass(frozen=True)
@@ -98,23 +99,51 @@ class Task:
         if unknown:
             raise ConfigError(f"task '{self.name}' has no option(s) {', '.join(sorted(unknown))} "
                               f"(it takes: {', '.join(sorted(self.options)) or 'none'})")
-        self.opts = {k: o.check(k, opts[k]) if k in opts else o.default for k, o in self.options.items()}
+        # Read-only: the options are what the user asked for; what a loaded checkpoint decides goes to
+        # :meth:`decide`, so no step changes another step's options behind its back.
+        self.opts: Mapping[str, Any] = MappingProxyType(
+            {k: o.check(k, opts[k]) if k in opts else o.default for k, o in self.options.items()})
+        self.decided: dict[str, Any] = {}
         self.examples: list[dict] = []
+
+    # --- options and what the checkpoint decides -----------------------------------------------------
+    def option(self, name: str) -> Any:
+        """Option ``name`` as this evaluation uses it: what the loaded checkpoint decided (:meth:`decide`),
+        else the user's value or the declared default."""
+        return self.decided[name] if name in self.decided else self.opts[name]
+
+    def decide(self, **values: Any) -> None:
+        """Record settings the loaded checkpoint decides (the context length a model was trained at, the
+        kind of a reader, how many stories a generator of its size writes). ``opts`` stays as the user gave
+        it; :meth:`option` reads the decided value and results.json records both as ``task_options``
+        (:meth:`recorded_options`)."""
+        self.decided.update(values)
+
+    def recorded_options(self) -> dict[str, Any]:
+        """The options as this run used them, for results.json: the user's, with what the checkpoint decided."""
+        return {**self.opts, **self.decided}
 
     @classmethod
     def trainable(cls) -> bool:
         return cls.objective.trainable
 
     # --- what the runners ask a task: declared here with their defaults (no runner probes a task) ----------
-    def training_module(self):
-        """The module ``mwb finetune`` trains this task with (``featurize``, ``make_spec``, ``dev_predictions``):
-        the declared ``finetuning.training`` (the open-domain QA reader's), else the objective's."""
+    def training(self) -> Training:
+        """What ``mwb finetune`` trains this task with (:class:`~.finetuning_spec.Training`: ``featurize``,
+        ``make_spec``, ``dev_predictions``): the declared ``finetuning.training`` (the open-domain QA reader's),
+        else the objective's."""
         return self.objective.training(self)
 
     def arches(self) -> tuple[str, ...]:
         """The model architectures this task fine-tunes; the starting checkpoint must hold one. Default: the
         objective's (a BERT for encoder heads; a GPT or a T5 for generative targets)."""
         return self.objective.arches()
+
+    def context_length(self, runner) -> Optional[int]:
+        """The longest input the loaded ``runner`` takes, from which the harness sets the default
+        ``--seq-length`` (None: no limit of its own). Default: the objective's; a custom task whose runner is
+        a language model declares that model's positions."""
+        return self.objective.context_length(runner)
 
     def start(self) -> Start:
         """Where ``mwb finetune`` starts without ``--checkpoint`` (:class:`~.finetuning_spec.Start`): the declared
@@ -191,7 +220,7 @@ class Task:
     def generation(self) -> GenerationOptions:
         """How a generative task decodes when scored: :class:`~.objectives.GenerationOptions`'s declared
         defaults, overridden by the task's options of the same names."""
-        return GenerationOptions.of(self.opts)
+        return GenerationOptions.of(self.recorded_options())
 
     def records(self, preds: list, examples: list[dict]) -> list[dict]:
         """One record per evaluated item for ``OUT/predictions.jsonl`` (:mod:`mwb.evaluation.predictions`):
@@ -258,7 +287,7 @@ class Task:
 
     def describe(self) -> dict:
         """What results.json records about the task besides its metrics."""
-        return {"name": self.name, "objective": self.objective.name, "options": dict(self.opts)}
+        return {"name": self.name, "objective": self.objective.name, "options": self.recorded_options()}
 
 
 # --------------------------------------------------------------------------------------------- options

@@ -89,7 +89,7 @@ def load_model(task, checkpoint: str, tokenizer: Optional[str] = None, device=No
         raise CheckpointError(f"{checkpoint} is not a fine-tuned '{task.name}' checkpoint: it lacks "
                               f"{', '.join(missing[:3])}")
     tok = load_tokenizer(tokenizer or tok_path)
-    seq = task.opts.get("seq_length") or cfg.train.seq_length
+    seq = task.option("seq_length") or cfg.train.seq_length
     return cfg, EncoderRunner(model.eval(), tok, seq, task.opts.get("batch_size") or 8)
 
 

@@ -30,11 +30,11 @@ def evaluate_checkpoint(task, checkpoint: str, data: Optional[str] = None, token
     records (``predictions.jsonl``'s) under ``"records"``."""
     task.prepare(task.data_path(data))
     cfg, runner = task.load_model(checkpoint, tokenizer, device=device)
-    context = task.objective.context_length(runner)
-    if "seq_length" in task.options and task.opts.get("seq_length") is None and context is not None:
+    context = task.context_length(runner)
+    if "seq_length" in task.options and task.option("seq_length") is None and context is not None:
         # default context: the length an mwb model was trained at; a Hugging Face model's full context
         trained = context if is_hf_dir(checkpoint) else min(cfg.train.seq_length, context)
-        task.opts["seq_length"] = min(trained, 1024)
+        task.decide(seq_length=min(trained, 1024))
     report = evaluate(task, runner, data, limit=limit, records=True)
     report["config"] = cfg
     empty = task.objective.empty_outputs(report["records"])
@@ -55,7 +55,7 @@ def run_eval(task_name: str, task_opts: dict, checkpoint: str, data: Optional[st
             out, task.name, report["metrics"], checkpoint=os.path.abspath(checkpoint) if os.path.exists(checkpoint) else checkpoint,
             config=to_dict(report["config"]),
             extra={"data": os.path.abspath(data_path) if os.path.exists(data_path) else data_path,
-                   "task_options": task.opts, "objective": task.objective.name,
+                   "task_options": task.recorded_options(), "objective": task.objective.name,
                    "num_examples": report["num_examples"], "seconds": report["seconds"], "world_size": world,
                    **report["extra"]})
         report["predictions"] = write_predictions(out, report["records"])

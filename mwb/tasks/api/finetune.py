@@ -20,7 +20,6 @@ from typing import Optional
 
 import numpy as np
 
-from mwb.core import checkpoint
 from mwb.core.compose import full_state
 from mwb.core.atomic import atomic_write_text
 from mwb.core.config import RunConfig
@@ -33,11 +32,9 @@ from mwb.evaluation.predictions import write_predictions
 from mwb.evaluation.results import write_results
 
 from . import packing
+from .epoch_evaluation import EpochEvaluation
 from .evaluate import evaluate_checkpoint
 from .registry import get_task
-
-LOWER_IS_BETTER = ("loss", "ppl")  # metric names ending so are minimised
-
 
 class EpochShuffled:
     """Sample ``i`` of an endless stream over ``features``: a fresh seeded permutation every epoch."""
@@ -55,12 +52,6 @@ class EpochShuffled:
         if epoch not in self._perms:
             self._perms[epoch] = np.random.default_rng([self.seed, epoch]).permutation(n)
         return self.features[int(self._perms[epoch][i % n])]
-
-
-def better(metric: str, value: float, best: float) -> bool:
-    if best is None:
-        return True
-    return value < best if metric.endswith(LOWER_IS_BETTER) else value > best
 
 
 def rank_main(tree: dict, job: dict) -> None:
@@ -87,71 +78,18 @@ def rank_main(tree: dict, job: dict) -> None:
     start, _ = driver.resume_latest(trainer, ckpt_root, bool(job.get("resume")), driver.silent)
     logger = open_run(out, cfg, rank, world, start_step=start,
                       extra={"task": {**job, "train_examples": len(train_ex), "dev_examples": len(dev_ex)}})
-    steps_per_epoch = job["steps_per_epoch"]
     dev_steps = max(1, len(dev_f) // cfg.train.global_batch_size)
-    metric = obj.dev_metric(task)
-    history: list[dict] = []
-    best: dict = {"value": None, "step": None}
-    if start and rank == 0:  # a resumed run continues the epochs and the best checkpoint it had
-        for rec in logged_epochs(out, start):
-            history.append(rec)
-            if better(metric, rec[metric], best["value"]):
-                best.update(value=rec[metric], step=rec["step"],
-                            path=os.path.join(ckpt_root, f"step_{rec['step']}"),
-                            metrics={k: v for k, v in rec.items() if k != "step"})
-        if best["step"] is not None:  # the kill may have come between a checkpoint and this file
-            atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{best['step']}\n")
-    epoch_records: list = []  # this epoch's dev records (encoder tasks): the best epoch's are written
-
-    def epoch_metrics(tr) -> dict:
-        metrics, records = obj.epoch_metrics(task, tr, dev_f, dev_ex, dev_steps)
-        epoch_records[:] = [] if records is None else [records]
-        return metrics
-
-    def after_step(tr, res, stop):
-        logger.log_step(res)
-        if res.step % steps_per_epoch == 0 or res.step == cfg.train.steps:
-            metrics = {**epoch_metrics(tr), "epoch": -(-res.step // steps_per_epoch)}
-            logger.log_eval(res.step, metrics)
-            history.append({"step": res.step, **metrics})
-            improved = better(metric, metrics[metric], best["value"])
-            if improved and rank == 0 and epoch_records:  # before the checkpoint: a run resumed from it keeps them
-                write_predictions(out, epoch_records[0])
-            path = checkpoint.save(tr, ckpt_root, keep_last=0, extra_files={"tokenizer": job["tokenizer"]})
-            if improved:
-                best.update(value=metrics[metric], step=res.step, path=path, metrics=metrics)
-                if rank == 0:
-                    atomic_write_text(os.path.join(ckpt_root, "best"), f"step_{res.step}\n")
-            if rank == 0 and cfg.train.keep_last > 0:  # --keep-last K: the newest K and the best survive
-                checkpoint.prune(ckpt_root, cfg.train.keep_last, keep=[f"step_{best['step']}"])
-        elif stop or (cfg.train.save_interval and res.step % cfg.train.save_interval == 0):
-            checkpoint.save(tr, ckpt_root, extra_files={"tokenizer": job["tokenizer"]})
-
-    driver.train(trainer, after_step)
+    epochs = EpochEvaluation(cfg, out, rank, obj.dev_metric(task), job["steps_per_epoch"],
+                             lambda tr: obj.epoch_metrics(task, tr, dev_f, dev_ex, dev_steps), logger,
+                             job["tokenizer"], start)
+    driver.train(trainer, epochs)
     logger.close()
+    best = epochs.best
     if rank == 0 and best["step"] is not None:
         write_results(out, task.name, best["metrics"], checkpoint=job["checkpoint"],
                       config=dataclasses.asdict(cfg),
-                      extra={"best_checkpoint": best["path"], "epochs": history, "split": task.eval_split,
+                      extra={"best_checkpoint": best["path"], "epochs": epochs.history, "split": task.eval_split,
                              "objective": task.objective.name, "start": job.get("start")})
-
-
-def logged_epochs(out: str, start: int) -> list[dict]:
-    """The per-epoch dev records (``{"step": N, **metrics}``) that ``OUT/metrics.jsonl`` holds up to step
-    ``start``: what a run resumed there had evaluated before it was stopped."""
-    path = os.path.join(out, "metrics.jsonl")
-    if not os.path.isfile(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by the kill
-                continue
-            if rec.get("split") == "valid" and rec.get("step", 0) <= start:
-                rows.append({k: v for k, v in rec.items() if k != "split"})
-    return rows
 
 
 def plan_steps(task, cfg: RunConfig, data: str, epochs: int,

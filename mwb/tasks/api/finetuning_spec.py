@@ -14,8 +14,7 @@ applies it, in one place, for every fine-tuning command.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Optional
+from typing import Callable, Optional
 
 ENCODER_ARCHES = ("bert",)
 GENERATIVE_ARCHES = ("gpt", "t5")
@@ -66,11 +65,31 @@ class RealScale:
 
 
 @dataclass(frozen=True)
+class Training:
+    """The functions ``mwb finetune`` calls to train a task on the shared trainer: a typed record, as
+    torchtitan's ``TrainSpec`` is for a model family. An objective brings its own (encoder heads:
+    :mod:`.encoder_objective`; generative targets: :mod:`.generative_objective`); a task with its own trainer
+    declares one in ``Finetuning(training=...)`` (the open-domain QA reader's, :mod:`mwb.retrieval.readers.training`).
+
+    ``featurize(task, examples, tokenizer, seq_length) -> list[dict]``  one split's training samples
+    ``make_spec(task, cfg, vocab, tensors, source)``                    the model spec the trainer trains, its
+                                                                        weights from the start checkpoint
+    ``dev_predictions(task, trainer, features, examples) -> list``      one prediction per dev example, what
+                                                                        ``task.evaluation`` scores each epoch;
+                                                                        None where the objective scores its
+                                                                        epochs otherwise (generative: dev loss)
+    """
+    featurize: Callable
+    make_spec: Callable
+    dev_predictions: Optional[Callable] = None
+
+
+@dataclass(frozen=True)
 class Finetuning:
     """What ``mwb finetune TASK`` reads from a task, beside its objective.
 
-    ``training``  the module that featurises, builds the training spec and predicts the dev split
-                  (``featurize``, ``make_spec``, ``dev_predictions``); None: the objective's own
+    ``training``  its :class:`Training` (featurise, build the training spec, predict the dev split); None:
+                  the objective's own
     ``start``     where it starts without ``--checkpoint`` (:class:`Start`); None: the objective's
                   (:data:`ENCODER_START`, :data:`GENERATIVE_START`)
     ``epochs``    training epochs when ``--epochs`` is not given
@@ -80,7 +99,7 @@ class Finetuning:
     ``real``      the scale of a no-argument run from SmolLM2-135M with LoRA (:class:`RealScale`) when the
                   models extra is installed; None: the task keeps its ``start`` (a tiny GPT) whatever is installed
     """
-    training: Optional[ModuleType] = None
+    training: Optional[Training] = None
     start: Optional[Start] = None
     epochs: int = 3
     config: dict = field(default_factory=dict)

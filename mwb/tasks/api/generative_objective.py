@@ -136,8 +136,8 @@ def load_model(task, checkpoint: str, tokenizer: Optional[str] = None, device=No
     tok = load_tokenizer(tokenizer or stored)
     if cfg.model.arch == "gpt":
         return cfg, LanguageModel(model, tok)
-    if task.opts.get("seq_length") is None:  # the encoder length the model was trained at
-        task.opts["seq_length"] = cfg.train.seq_length
+    if task.option("seq_length") is None:  # the encoder length the model was trained at
+        task.decide(seq_length=cfg.train.seq_length)
     return cfg, Seq2SeqModel(model, tok)
 
 
@@ -148,7 +148,7 @@ def build(task, examples: list[dict], runner) -> list[dict]:
     for e in examples:
         ids = tok.encode(_texts(task, e)[0])
         if runner.encoder_decoder:  # T5: the encoder input as in training: cut, then the end token
-            ids = ids[: task.opts["seq_length"] - 1] + [runner.eod]
+            ids = ids[: task.option("seq_length") - 1] + [runner.eod]
         else:  # GPT: a prompt longer than the context loses its beginning, as in training (gpt_sample)
             room = max(runner.max_length - max_tokens, 1)
             ids = ids[-room:]

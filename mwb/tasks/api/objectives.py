@@ -8,8 +8,9 @@ default per-item records. :class:`Objective` declares each of these with its def
 methods and never compares an objective's name. ``Task.objective`` holds one of the instances below.
 
 The objective implementations themselves live in :mod:`.encoder_objective` and :mod:`.generative_objective`
-(imported on use: each pulls in its own model code); the open-domain QA reader brings its own training
-module (``finetuning.training``), which every objective's :meth:`Objective.training` honours.
+(imported on use: each pulls in its own model code), each objective's fine-tuning functions declared as a
+:class:`~.finetuning_spec.Training`; the open-domain QA reader declares its own (``finetuning.training``),
+which every objective's :meth:`Objective.training` honours.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any, Optional
 
 from mwb.evaluation.metric_specs import MetricSpec
 
-from .finetuning_spec import ENCODER_ARCHES, ENCODER_START, GENERATIVE_ARCHES, GENERATIVE_START, Start
+from .finetuning_spec import ENCODER_ARCHES, ENCODER_START, GENERATIVE_ARCHES, GENERATIVE_START, Start, Training
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,11 @@ class Objective:
         """Where fine-tuning starts without ``--checkpoint``."""
         return ENCODER_START
 
-    def training(self, task):
-        """The module that featurises, builds the spec and predicts the dev split: the task's own
-        (``finetuning.training``, as the open-domain QA reader brings), else the objective's."""
+    def training(self, task) -> Training:
+        """The :class:`~.finetuning_spec.Training` that featurises, builds the spec and predicts the dev split:
+        the task's own (``finetuning.training``, as the open-domain QA reader brings), else the objective's."""
         if task.finetuning.training is None:
-            raise NotImplementedError(f"task '{task.name}' (objective '{self.name}') declares no training module")
+            raise NotImplementedError(f"task '{task.name}' (objective '{self.name}') declares no training")
         return task.finetuning.training
 
     def featurize(self, task, train_ex: list, dev_ex: list, tok, seq_length: int, arch: str) -> tuple[list, list]:
@@ -113,8 +114,9 @@ class Objective:
 
     def context_length(self, runner) -> Optional[int]:
         """The longest input ``runner`` takes (the default ``--seq-length`` comes from it), None when it has
-        no such limit of its own."""
-        return getattr(runner, "max_length", None)
+        no such limit of its own. A custom task's runner is its own: the task declares its context
+        (:meth:`~.base.Task.context_length`), the objective knows none."""
+        return None
 
     def decode(self, logits, feature: dict):
         """One encoder feature's prediction from its logits: argmax."""
@@ -149,9 +151,9 @@ class EncoderObjective(Objective):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def training(self, task):
-        from . import encoder_objective
-        return task.finetuning.training or encoder_objective
+    def training(self, task) -> Training:
+        from . import encoder_objective as e
+        return task.finetuning.training or Training(e.featurize, e.make_spec, e.dev_predictions)
 
     def _harness(self, task):
         from . import encoder_objective
@@ -195,13 +197,16 @@ class GenerativeObjective(Objective):
     def start(self):
         return GENERATIVE_START
 
-    def training(self, task):
-        from . import generative_objective
-        return task.finetuning.training or generative_objective
+    def training(self, task) -> Training:
+        from . import generative_objective as g  # its featurize takes the architecture too (featurize below)
+        return task.finetuning.training or Training(g.featurize, g.make_spec)
 
     def _harness(self, task):
         from . import generative_objective
         return generative_objective
+
+    def context_length(self, runner) -> Optional[int]:
+        return runner.max_length  # a LanguageModel's or a Seq2SeqModel's positions
 
     def featurize(self, task, train_ex, dev_ex, tok, seq_length, arch):
         from . import generative_objective as g

@@ -26,8 +26,11 @@ class LMTask(Task):
     def load_model(self, checkpoint: str, tokenizer: Optional[str] = None, device=None):
         return load_language_model(checkpoint, tokenizer, device=device)
 
+    def context_length(self, lm) -> Optional[int]:
+        return lm.max_length  # the language model's positions
+
     def seq_length(self, lm) -> int:
-        n = self.opts.get("seq_length") or min(lm.max_length, 1024)
+        n = self.option("seq_length") or min(lm.max_length, 1024)
         if n > lm.max_length:
             raise ConfigError(f"--seq-length {n} exceeds the model's {lm.max_length} positions")
         return n

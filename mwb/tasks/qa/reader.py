@@ -30,7 +30,7 @@ from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import squad_exact_match, squad_f1
 from mwb.evaluation.predictions import item_id
 from mwb.retrieval.bm25 import BM25Retriever
-from mwb.retrieval.readers import training
+from mwb.retrieval.readers import training as reader_training
 from mwb.retrieval.readers.base import KINDS, ReaderConfig, holds_answer
 from mwb.retrieval.readers.loading import load_reader
 from mwb.retrieval.salient_spans import mss_questions
@@ -38,7 +38,7 @@ from mwb.retrieval.qa_system import RandomRetriever
 from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
 from ..api.base import MetricSpec, Option, Task
-from ..api.finetuning_spec import Finetuning, Start
+from ..api.finetuning_spec import Finetuning, Start, Training
 from ..api.records import unique
 from ..api.registry import register
 from ..api.objectives import CUSTOM
@@ -57,7 +57,8 @@ class QAReader(Task):
     default_data = BUNDLED_REAL_QUESTIONS
     # the readers' own featurising, spec and dev predictions; one epoch without --epochs: three took 648 s on 2
     # quiet cores (over the 10 minutes a no-argument default may take), and dev F1 was best after the first
-    finetuning = Finetuning(training=training, epochs=1,
+    finetuning = Finetuning(training=Training(reader_training.featurize, reader_training.make_spec,
+                                              reader_training.dev_predictions), epochs=1,
                             larger="A larger run: questions whose answers the evidence holds (--data, --evidence; "
                                    "the bundled passages hold the answer for about 11% of the bundled questions), "
                                    "--answerable-only, more --epochs and a larger reader (--checkpoint).")
@@ -101,7 +102,7 @@ class QAReader(Task):
 
     def arches(self) -> tuple[str, ...]:
         """The architecture of ``--reader``: BERT (extractive), T5 (fid) or GPT (causal)."""
-        return training.arches(self)
+        return reader_training.arches(self)
 
     def start(self) -> Start:
         """Fine-tuning's start without --checkpoint: MiniLM (all-MiniLM-L6-v2) for the extractive reader and
@@ -163,7 +164,8 @@ class QAReader(Task):
     # --- harness ---------------------------------------------------------------------------------------
     def load_model(self, checkpoint, tokenizer=None, device=None):
         reader = load_reader(checkpoint, device or "cpu", self.reader_config, tokenizer)
-        self.reader = self.opts["reader"] = reader.kind  # the checkpoint decides; --reader is for fine-tuning
+        self.reader = reader.kind  # the checkpoint decides; --reader is for fine-tuning
+        self.decide(reader=reader.kind)
         return reader.run_cfg, reader
 
     def build(self, examples, reader):

@@ -87,15 +87,17 @@ class QATask(Task):
         joint = joint_run_parts(checkpoint) if checkpoint else None
         if joint is not None:  # a joint e2e-qa run: its retriever, and its reader unless --reader is given
             checkpoint = joint[0]
-            self.opts["reader"] = self.opts["reader"] or joint[1]
+            self.decide(reader=self.option("reader") or joint[1])
         cfg, system = build_system(self.opts, self.retrievers, checkpoint, tokenizer, device, rank, world, group)
         system.reader = None
-        if self.opts["reader"]:
-            path = (joint_run_parts(self.opts["reader"]) or (None, self.opts["reader"]))[1]
+        if system.dpr_encoder is not None:
+            self.decide(dpr_encoder=system.dpr_encoder)
+        if self.option("reader"):
+            path = (joint_run_parts(self.option("reader")) or (None, self.option("reader")))[1]
             rcfg = ReaderConfig(seq_length=self.opts["reader_length"], max_answer_tokens=self.opts["answer_length"],
                                 answer_length=self.opts["answer_length"])
             system.reader = load_reader(path, device or "cpu", rcfg)
-            self.opts["reader_kind"] = system.reader.kind
+            self.decide(reader_kind=system.reader.kind)
         return cfg, system
 
     def build(self, examples, lm):

@@ -87,16 +87,16 @@ class StoryEval(Task):
 
     def load(self, path):
         stories = read_stories(self.data_path(path), self.opts["split"] or self.eval_split)
-        n = TINY_STORIES if self.opts["stories"] is None else self.opts["stories"]  # load_model sizes it first
+        n = TINY_STORIES if self.option("stories") is None else self.option("stories")  # load_model decides it
         return stories[:n] if n else stories
 
     def load_model(self, checkpoint, tokenizer=None, device=None):
         writer = StoryWriter(checkpoint, device=device or "cpu", conceptnet=self.opts["conceptnet"])
-        if self.opts["stories"] is None:
-            self.opts["stories"] = default_stories(writer.cfg)
+        if self.option("stories") is None:
+            self.decide(stories=default_stories(writer.cfg))
             lora = f", LoRA rank {writer.cfg.lora.rank}" if writer.cfg.lora.rank else ""
             print(f"mwb: story eval start: the run's generator ({generator_params(writer.cfg) / 1e6:.0f}M "
-                  f"parameters{lora}): {self.opts['stories']} stories", file=sys.stderr, flush=True)
+                  f"parameters{lora}): {self.option('stories')} stories", file=sys.stderr, flush=True)
         return writer.cfg, writer
 
     def build(self, examples, runner):

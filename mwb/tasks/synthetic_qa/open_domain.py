@@ -42,7 +42,7 @@ def load_reader(task: Squad, reader: str, base: str = "minilm-l6", seed: int = 1
     missing = load_weights(model, tensors, vocab, base, encoder_only=True)
     if missing:
         raise CheckpointError(f"{base} is not a BERT encoder: it lacks {', '.join(missing[:3])}")
-    return encoder_objective.EncoderRunner(model.eval(), load_tokenizer(tok), task.opts["seq_length"],
+    return encoder_objective.EncoderRunner(model.eval(), load_tokenizer(tok), task.option("seq_length"),
                                            task.opts["batch_size"])
 
 

@@ -2,42 +2,37 @@
 a task that declares its own training module and starting point gets them, with its default schedule, and the
 user's flags still win over its declared config."""
 import os
-import types
 
 import numpy as np
 import pytest
 import yaml
 
 from mwb.core.config import ConfigError, update
-from mwb.tasks.api import encoder_objective, registry, setup
+from mwb.tasks.api import encoder_objective, generative_objective, registry, setup
 from mwb.tasks.api.base import Task, single_inputs
-from mwb.tasks.api.finetuning_spec import ENCODER_START, GENERATIVE_START, Finetuning, Start
+from mwb.tasks.api.finetuning_spec import ENCODER_START, GENERATIVE_START, Finetuning, Start, Training
 from mwb.tasks.api.objectives import CLASSIFICATION, GENERATIVE
 from tests.helpers.checkpoints import tiny_checkpoint
 
 CALLS: list[str] = []
 
 
-def _recording_module() -> types.ModuleType:
-    """A training module of the task's own: the encoder objective's steps, each call recorded."""
-    mod = types.ModuleType("recording_training")
-
+def _recording_training() -> Training:
+    """A training of the task's own: the encoder objective's steps, each call recorded."""
     def wrap(name):
         def call(*args, **kwargs):
             CALLS.append(name)
             return getattr(encoder_objective, name)(*args, **kwargs)
         return call
 
-    for name in ("featurize", "make_spec", "dev_predictions"):
-        setattr(mod, name, wrap(name))
-    return mod
+    return Training(*(wrap(name) for name in ("featurize", "make_spec", "dev_predictions")))
 
 
 class Declared(Task):
     name = "declared-test"
     description = "a two-class task that declares its training module, start, epochs and config"
     objective = CLASSIFICATION
-    finetuning = Finetuning(training=_recording_module(), start=Start("bert", data="pubmed", steps=7), epochs=2,
+    finetuning = Finetuning(training=_recording_training(), start=Start("bert", data="pubmed", steps=7), epochs=2,
                             config={"optim": {"lr": 3e-3}, "train": {"seq_length": 32, "global_batch_size": 8}})
 
     def read(self, path, split):
@@ -58,10 +53,12 @@ def test_defaults_of_the_declared_methods():
     class Gen(Task):
         objective = GENERATIVE
 
-    assert Plain().training_module() is encoder_objective and Plain().arches() == ("bert",)
+    assert Plain().training() == Training(encoder_objective.featurize, encoder_objective.make_spec,
+                                                 encoder_objective.dev_predictions)
+    assert Plain().arches() == ("bert",)
     assert Plain().start() == ENCODER_START and ENCODER_START.named == "minilm-l6"
     assert Gen().arches() == ("gpt", "t5") and Gen().start() == GENERATIVE_START
-    assert Gen().training_module().__name__.endswith("generative_objective")
+    assert Gen().training() == Training(generative_objective.featurize, generative_objective.make_spec)
     assert Plain().files({}, [], []) == {} and Plain.default_checkpoint(say=print) is None and Plain.finetuning.epochs == 3
     assert Declared().start().run_prefix == "pretrain-bert-pubmed"
     with pytest.raises(ValueError, match="Start.arch"):

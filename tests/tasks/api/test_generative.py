@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mwb.core.tokenizers import load_tokenizer
-from mwb.tasks.api.finetune import better
+from mwb.tasks.api.epoch_evaluation import better
 from mwb.tasks.api.generative_objective import gpt_sample, t5_sample
 from mwb.tasks.text.prompt_target import PromptTarget, to_pair
 from tests.helpers.checkpoints import TOKENIZER, tiny_checkpoint

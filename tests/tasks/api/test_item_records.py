@@ -55,8 +55,8 @@ def runner_for(task, checkpoints):
         model = build_task_model(cfg.model, single_process_state(), vocab, task.objective.name, task.num_labels, 3, "cpu")
         return EncoderRunner(model.eval(), load_tokenizer(TOKENIZER), 64, 4)
     _, runner = task.load_model(None if task.name == "qa" else checkpoints["gpt"])
-    if task.opts.get("seq_length", 0) is None and "seq_length" in task.options:
-        task.opts["seq_length"] = 64
+    if "seq_length" in task.options and task.option("seq_length") is None:
+        task.decide(seq_length=64)
     return runner
 
 

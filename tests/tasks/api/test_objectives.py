@@ -6,6 +6,7 @@ import pathlib
 import re
 
 import numpy as np
+import pytest
 
 from mwb.tasks.api.base import Task
 from mwb.tasks.api.objectives import (CLASSIFICATION, CUSTOM, GENERATIVE, OBJECTIVES, REGRESSION, SPAN,
@@ -69,8 +70,19 @@ def test_no_objective_name_compared_and_no_runner_probed():
                          r"isinstance\((runner|lm),|\.opts\[[^]]+\]\s*=\s*[^=]")
     hits = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
             for line in p.read_text().splitlines() if pattern.search(line)]
-    # the option assignments still left (options not yet immutable): the default context length (evaluate,
-    # T5), the QA reader's kind, the retrieval QA's reader and the story eval's story count (by generator
-    # size), each filled in from the loaded model
-    assert sorted(hits) == ["tasks/api/evaluate.py", "tasks/api/generative_objective.py", "tasks/qa/reader.py",
-                            "tasks/qa/retrieval.py", "tasks/qa/retrieval.py", "tasks/story/task.py"], hits
+    assert hits == [], hits  # options are read-only (Task.decide records what a checkpoint decides)
+
+
+def test_options_are_read_only_and_what_a_checkpoint_decides_is_recorded_beside_them():
+    class Clf(Task):
+        objective = CLASSIFICATION
+
+    task = Clf(batch_size=4)
+    with pytest.raises(TypeError):
+        task.opts["seq_length"] = 128
+    task.decide(seq_length=128, reader_kind="fid")
+    assert task.opts["seq_length"] is None and task.option("seq_length") == 128 and task.option("batch_size") == 4
+    # results.json's task_options: the user's options in declared order, then what only the checkpoint knew
+    assert list(task.recorded_options().items()) == [("split", None), ("batch_size", 4), ("seq_length", 128),
+                                                     ("reader_kind", "fid")]
+    assert task.describe()["options"] == task.recorded_options()
