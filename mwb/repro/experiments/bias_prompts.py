@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 
+from mwb.core.atomic import atomic_write_json
 from mwb.core.config import ConfigError
 from mwb.core.errors import DataError
 from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
@@ -104,10 +105,7 @@ def run_once(argv: list, invoke) -> bool:
     if os.path.exists(out):
         shutil.rmtree(out)
     invoke(argv)
-    tmp = stamp + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(list(argv), f)
-    os.replace(tmp, stamp)
+    atomic_write_json(stamp, list(argv), indent=None)
     return True
 
 

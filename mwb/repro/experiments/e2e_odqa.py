@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 
+from mwb.core.atomic import atomic_write_json
 from mwb.core.errors import DataError
 
 from ..analysis import mean_std
@@ -305,7 +306,4 @@ def ensure_start(p: dict, seed: int, start: str, invoke) -> None:
     for part in ("ict", "reader-bert"):
         if not os.path.isdir(os.path.join(start, part, "checkpoints")):
             raise DataError(f"e2e-odqa start for seed {seed}: {os.path.join(start, part)} has no checkpoint")
-    tmp = marker + ".partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"seed": seed, "commands": commands}, f, indent=2)
-    os.replace(tmp, marker)
+    atomic_write_json(marker, {"seed": seed, "commands": commands})

@@ -13,7 +13,6 @@ import sys
 from collections import defaultdict
 
 import numpy as np
-from sklearn.metrics import accuracy_score, f1_score
 from tqdm import tqdm
 
 from mwb.evaluation.loading import load_language_model
@@ -133,6 +132,8 @@ def confusion_cell(prediction: int, gold: int) -> dict:
 
 def bias_metrics(results: list[dict]) -> dict:
     """Accuracy, macro-F1 and per-category accuracy of the plain and the calibrated predictions."""
+    from sklearn.metrics import accuracy_score, f1_score  # on use: scikit-learn is a second of every start-up
+
     labels = [r["label"] for r in results]
     preds = {"": [int(np.argmax(r["p"])) for r in results],
              "calibrated_": [int(np.argmax(calibrate(np.array(r["p"]), np.array(r["p_cf"])))) for r in results]}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
-from sklearn.metrics import precision_recall_fscore_support
 
 
 def micro_prf(predictions: Sequence[Hashable], references: Sequence[Hashable], labels: Sequence[Hashable]) -> dict:
@@ -18,6 +17,8 @@ def micro_prf(predictions: Sequence[Hashable], references: Sequence[Hashable], l
     if len(predictions) != len(references):
         raise ValueError(f"micro_prf: {len(predictions)} predictions for {len(references)} references")
     keep = set(labels)
+    from sklearn.metrics import precision_recall_fscore_support  # on use: a second of every start-up
+
     precision, recall, f1, _ = precision_recall_fscore_support(
         list(references), list(predictions), labels=list(labels), average="micro", zero_division=0)
     tp = sum(1 for p, r in zip(predictions, references) if p == r and p in keep)

@@ -9,8 +9,6 @@ import warnings
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
-from sklearn import metrics
 
 
 def _pair(predictions: Sequence, references: Sequence) -> tuple[np.ndarray, np.ndarray]:
@@ -22,12 +20,14 @@ def _pair(predictions: Sequence, references: Sequence) -> tuple[np.ndarray, np.n
 def binary_f1(predictions: Sequence, references: Sequence, positive=1) -> float:
     """F1 of the ``positive`` class (GLUE's QQP and MRPC F1)."""
     p, r = _pair(predictions, references)
+    from sklearn import metrics  # on use: scikit-learn is a second of every start-up
     return float(metrics.f1_score(r == positive, p == positive, zero_division=0))
 
 
 def matthews_corrcoef(predictions: Sequence, references: Sequence, positive=1) -> float:
     """Matthews correlation of a binary labelling (GLUE's CoLA metric)."""
     p, r = _pair(predictions, references)
+    from sklearn import metrics
     return float(metrics.matthews_corrcoef(r == positive, p == positive))
 
 
@@ -43,14 +43,17 @@ def _correlation(fn, x: Sequence[float], y: Sequence[float]) -> float:
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     """Pearson's r (GLUE's STS-B first metric)."""
+    from scipy import stats  # on use, as scikit-learn
     return _correlation(stats.pearsonr, x, y)
 
 
 def average_ranks(x: Sequence[float]) -> np.ndarray:
     """1-based ranks, ties sharing the mean of the ranks they span."""
+    from scipy import stats
     return stats.rankdata(np.asarray(x, dtype=np.float64))
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rho (GLUE's STS-B second metric)."""
+    from scipy import stats
     return _correlation(stats.spearmanr, x, y)

@@ -25,7 +25,7 @@ from typing import Callable, Optional, Sequence
 
 from mwb.core.errors import DataError
 
-from .keywords import STOPWORDS, rake_scores
+from .keywords import rake_scores, stopwords
 from .knowledge import base_forms
 from .metrics import words
 
@@ -46,7 +46,7 @@ def candidate_words(sentence: str) -> list[str]:
     out: list[str] = []
     for phrase, _ in rake_scores(sentence):
         for w in reversed(phrase.split()):
-            if w.isalpha() and len(w) >= MIN_LETTERS and w not in STOPWORDS and w not in out:
+            if w.isalpha() and len(w) >= MIN_LETTERS and w not in stopwords() and w not in out:
                 out.append(w)
     return out
 

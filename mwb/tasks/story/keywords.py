@@ -13,13 +13,19 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
 from mwb.core.errors import DataError
 
 CONTRACTION_TAILS = frozenset({"s", "t", "d", "ll", "re", "ve", "m", "nt"})
-STOPWORDS = frozenset(ENGLISH_STOP_WORDS) | CONTRACTION_TAILS
 MAX_WORDS = 3  # longer candidate phrases are not keywords (RAKE's max_length)
+
+
+@lru_cache(maxsize=1)
+def stopwords() -> frozenset:
+    """scikit-learn's English stopwords and the contraction tails. Imported on first use, as every metric's
+    scikit-learn: every process that lists the tasks imports this module, and scikit-learn (with the SciPy and
+    pandas it pulls in) is about a second of its start-up."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+    return frozenset(ENGLISH_STOP_WORDS) | CONTRACTION_TAILS
 
 
 @lru_cache(maxsize=1)
@@ -29,7 +35,7 @@ def _rake():
     except ImportError:
         raise DataError("story keywords need rake-nltk: pip install rake-nltk==1.0.6 (or pip install -e '.[data]')") \
             from None
-    return Rake(stopwords=set(STOPWORDS), sentence_tokenizer=lambda text: [text], max_length=MAX_WORDS,
+    return Rake(stopwords=set(stopwords()), sentence_tokenizer=lambda text: [text], max_length=MAX_WORDS,
                 include_repeated_phrases=False)
 
 
