@@ -6,8 +6,9 @@ A ``torch_dist`` checkpoint directory (``iter_NNNNNNN/`` or ``release/``, named 
 Distributed Checkpoint (``.metadata`` + ``__R_F.distcp`` files). Every model tensor is stored whole, in its
 global TP-1 shape, under megatron-core's sharded key; decoder layers are stacked on a leading layer axis
 (``decoder.layers.self_attention.linear_qkv.weight`` is ``[L, (np + 2·ng)·hn, h]``), whatever TP/PP/EP wrote
-it. So reading is: load the model's tensors with ``torch.distributed.checkpoint`` (``no_dist=True``: no process
-group), unstack the layer axis, and hand the result to the same merge as the ``torch`` format, as one shard.
+it (BERT's block is ``encoder.layers.*``, stacked the same way). So reading is: load the model's tensors with
+``torch.distributed.checkpoint`` (``no_dist=True``: no process group), unstack the layer axis,
+and hand the result to the same merge as the ``torch`` format, as one shard.
 
 ``common.pt`` holds the pickled ``args``: like the legacy reader it is read with ``weights_only=False``, for
 trusted checkpoints only. ``_extra_state`` byte objects and optimizer state are not read.
@@ -24,7 +25,7 @@ import torch
 from . import megatron_core, megatron_legacy
 from .hf_io import ConversionError
 
-MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")
+MODEL_PREFIXES = ("embedding.", "decoder.", "encoder.", "output_layer.", "lm_head.", "pooler.", "binary_head.")
 
 
 def _dir(path: str) -> str:
@@ -80,14 +81,17 @@ def load_tensors(d: str, prefix: str = "") -> dict:
 
 
 def unstack(tensors: dict, layers: int, where: str) -> dict:
-    """Stacked ``decoder.layers.X`` ``[L, …]`` → ``decoder.layers.N.X``; per-layer keys pass through."""
+    """Stacked ``decoder.layers.X`` (``encoder.layers.X``) ``[L, …]`` → ``decoder.layers.N.X``; per-layer keys
+    pass through."""
     out = {}
     for k, v in tensors.items():
-        if k.startswith("decoder.layers.") and not re.match(r"^decoder\.layers\.\d+\.", k):
-            if v.shape[0] != layers:
-                raise ConversionError(f"{where}: {k} stacks {v.shape[0]} layers, args say {layers}")
+        m = re.match(r"^(decoder|encoder)\.layers\.(?!\d+\.)", k)
+        if m:
+            if v.dim() == 0 or v.shape[0] != layers:
+                raise ConversionError(f"{where}: {k} stacks {v.shape[0] if v.dim() else 0} layers, args say "
+                                      f"{layers}")
             for i in range(layers):
-                out[f"decoder.layers.{i}.{k[len('decoder.layers.'):]}"] = v[i].clone()
+                out[f"{m.group(1)}.layers.{i}.{k[m.end():]}"] = v[i].clone()
         else:
             out[k] = v
     return out
