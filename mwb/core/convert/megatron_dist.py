@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from . import megatron_core, megatron_legacy
+from . import megatron_args, megatron_core, megatron_legacy
 from .hf_io import ConversionError
 
 MODEL_PREFIXES = ("embedding.", "decoder.", "encoder.", "output_layer.", "lm_head.", "pooler.", "binary_head.")
@@ -46,9 +46,10 @@ def is_dist(path: str) -> bool:
         return False
     try:
         with open(meta, encoding="utf-8") as f:
-            return json.load(f).get("sharded_backend") == "torch_dist"
+            meta = json.load(f)
     except (OSError, ValueError):
         return False
+    return isinstance(meta, dict) and meta.get("sharded_backend") == "torch_dist"
 
 
 def load_tensors(d: str, prefix: str = "") -> dict:
@@ -104,11 +105,14 @@ def read(path: str, vocab_size: Optional[int] = None) -> tuple:
     if not os.path.isfile(common_file):
         raise ConversionError(f"{d}: common.pt is missing (it holds the run's args)")
     common = megatron_legacy._load(common_file)
+    if not isinstance(common, dict):
+        raise ConversionError(f"{common_file} is not the trainer's common state (a dict with args)")
     args = common.get("args")
+    megatron_args.check_args(args, d)
     layers = megatron_legacy._arg(args, "num_layers", need=True, where=d) if args is not None else None
     if layers is None:
         raise ConversionError(f"{d}: common.pt has no 'args' (the architecture cannot be known)")
-    version = float(common.get("checkpoint_version", 3.0))
+    version = megatron_args.check_version(common.get("checkpoint_version", 3.0), d, megatron_legacy.VERSIONS)
     flat = megatron_core.uniform(unstack(load_tensors(d), int(layers), d), d)
     return megatron_legacy.assemble(args, version, [[flat]], d, vocab_size)
 
