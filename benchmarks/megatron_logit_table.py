@@ -4,7 +4,8 @@ the model the checkpoint came from, by running the same conversions as the tests
 References (code that is not mwb's): transformers' ``GPT2LMHeadModel`` / ``MegatronBertForPreTraining`` for the
 Megatron-LM legacy layout (written by tests/helpers/megatron_legacy.py), and megatron-core 0.16's own
 ``GPTModel`` / ``BertModel`` built on CPU (tests/helpers/megatron_core_ref.py, one subprocess) for the
-megatron-core ``torch`` and ``torch_dist`` formats and the NeMo archives built from its state dicts. BERT rows
+megatron-core ``torch`` and ``torch_dist`` formats and the NeMo archives and NeMo 2 directory built from
+those state dicts (tests/helpers/nemo_ckpt.py). BERT rows
 compare the MLM logits at the real (non-padding) tokens. The round-trip rows (mwb → ``--to megatron`` → mwb)
 give the max |Δ| over every tensor instead (0 means bit-exact). All fp32 on CPU; nothing here is timed.
 
@@ -31,6 +32,7 @@ from mwb.core.convert import convert, mwb_to_megatron  # noqa: E402
 from tests.helpers.megatron_core_ckpt import write_core_torch  # noqa: E402
 from tests.helpers.megatron_core_ref import bert_spec, run_reference, tiny_specs  # noqa: E402
 from tests.helpers.megatron_legacy import write_bert, write_gpt2  # noqa: E402
+from tests.helpers.nemo_ckpt import legacy_nemo, mcore_cfg, nemo2_dir, nemo_tar, redcp, vocab_files  # noqa: E402
 
 V = 101
 
@@ -62,12 +64,16 @@ def _bert_delta(out: str, tokens, types, padding, ref: torch.Tensor) -> float:
     return (lm[..., :V][real] - ref[..., :V][real]).abs().max().item()
 
 
-def legacy_rows(work: Path) -> list:
-    from transformers import GPT2Config, GPT2LMHeadModel, MegatronBertConfig, MegatronBertForPreTraining
-    rows = []
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=64,
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=64,
                                       bos_token_id=0, eos_token_id=0)).eval()
+
+
+def legacy_rows(work: Path, gpt2) -> list:
+    from transformers import MegatronBertConfig, MegatronBertForPreTraining
+    rows = []
     x = torch.randint(0, V, (2, 11), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         ref = gpt2(x).logits
@@ -96,7 +102,7 @@ def legacy_rows(work: Path) -> list:
     return rows
 
 
-def core_rows(work: Path) -> list:
+def core_rows(work: Path, gpt2) -> list:
     specs = {**tiny_specs(V, 128, (1, 2), llama_groups=4), "bert": bert_spec(V, 104, seed=5)}
     specs = {n: {**s, "save_dist": str(work / f"dist-{n}")} for n, s in specs.items()}
     refs = run_reference(specs, work)
@@ -127,6 +133,44 @@ def core_rows(work: Path) -> list:
         if name != "bert":
             rows.append(("mwb → torch_dist → mwb", arch[name], "round trip: max abs Δ over all tensors",
                          _round_trip(out, work / f"rt-{name}")))
+    return rows + nemo_rows(work, gpt2, refs, specs, arch, delta)
+
+
+def nemo_rows(work: Path, gpt2, refs: dict, specs: dict, arch: dict, delta) -> list:
+    """NeMo 1 ``.nemo`` archives (legacy keys from GPT-2; megatron-core keys per TP rank; a ``model_weights/``
+    distributed checkpoint) and a NeMo 2 directory, as tests/core/convert/test_nemo.py builds them."""
+    rows = []
+    x = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = gpt2(x).logits
+    for tp, gz in ((1, False), (2, True)):
+        d = work / f"nemo-legacy-{tp}"
+        d.mkdir()
+        _, out, _ = convert(legacy_nemo(gpt2, d, tp=tp, gz=gz), str(d / "mwb"))
+        rows.append(("NeMo 1 .nemo", "GPT-2 (legacy keys)", f"TP {tp}{', gzipped' if gz else ''}",
+                     _gpt_delta(out, x, ref)))
+    for name, tp in (("gpt2like", 1), ("gpt2like", 2), ("llamalike", 2)):
+        d = work / f"nemo-mcore-{name}-{tp}"
+        mlm = write_core_torch(refs[name], specs[name], str(d / "mlm"), tp=tp)
+        shards = {}
+        for t in range(tp):
+            model = torch.load(os.path.join(mlm, f"mp_rank_{t:02d}", "model_optim_rng.pt"), weights_only=False)
+            shards["model_weights.ckpt" if tp == 1 else f"mp_rank_{t:02d}/model_weights.ckpt"] = \
+                {"model." + k: v for k, v in model["model"].items()}
+        src = nemo_tar(str(d / "m.nemo"), mcore_cfg(specs[name], tp), shards, vocab_files())
+        _, out, _ = convert(src, str(d / "mwb"))
+        rows.append(("NeMo 1 .nemo", arch[name], f"mcore keys, TP {tp}", delta(name, out)))
+    d = work / "nemo-dist"
+    redcp(os.path.join(specs["gpt2like"]["save_dist"], "release"), str(d / "w"), "model.")
+    extra = {f"model_weights/{n}": (d / "w" / n).read_bytes() for n in os.listdir(d / "w")}
+    src = nemo_tar(str(d / "d.nemo"), mcore_cfg(specs["gpt2like"], 2), {}, {**vocab_files(), **extra})
+    _, out, _ = convert(src, str(d / "mwb"))
+    rows.append(("NeMo 1 .nemo", arch["gpt2like"], "model_weights/ distributed checkpoint", delta("gpt2like", out)))
+    d = work / "nemo2"
+    root = nemo2_dir({**refs["llamalike"], "dist": os.path.join(specs["llamalike"]["save_dist"], "release")},
+                     specs["llamalike"], d)
+    _, out, _ = convert(root, str(work / "nemo2-mwb"))
+    rows.append(("NeMo 2 directory", arch["llamalike"], "weights/ torch_dist", delta("llamalike", out)))
     return rows
 
 
@@ -144,7 +188,8 @@ def main() -> None:
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, {platform.processor() or platform.machine()}, "
           f"torch {torch.__version__}, load {open('/proc/loadavg').read().split()[0] if os.path.exists('/proc/loadavg') else '?'}")
     with tempfile.TemporaryDirectory(prefix="mwb-logit-table-") as tmp:
-        rows = legacy_rows(Path(tmp)) + core_rows(Path(tmp))
+        gpt2 = _gpt2()
+        rows = legacy_rows(Path(tmp), gpt2) + core_rows(Path(tmp), gpt2)
     print("| format | architecture | layout | max abs Δ |")
     print("|---|---|---|---|")
     for fmt, arch, layout, d in rows:
