@@ -117,7 +117,7 @@ def core_rows(work: Path, gpt2) -> list:
         return _gpt_delta(out, r["tokens"], r["logits"])
 
     layouts = {"gpt2like": ((1, 1), (2, 2), (4, 1)), "llamalike": ((1, 1), (2, 1), (4, 1), (2, 2)),
-               "bert": ((1, 1), (2, 1))}
+               "bert": ((1, 1), (2, 1), (2, 2))}
     for name, lays in layouts.items():
         for tp, pp in lays:
             save = work / f"core-{name}-{tp}-{pp}"

@@ -98,15 +98,21 @@ def unstack(tensors: dict, layers: int, where: str) -> dict:
     return out
 
 
-def read(path: str, vocab_size: Optional[int] = None) -> tuple:
-    """(mwb model config, vocabulary size, {mwb name: full tensor}, args) of a ``torch_dist`` checkpoint."""
-    d = _dir(os.path.abspath(path))
+def _common(d: str) -> dict:
+    """``common.pt`` of the checkpoint directory ``d``: the trainer's dict with ``args``."""
     common_file = os.path.join(d, "common.pt")
     if not os.path.isfile(common_file):
         raise ConversionError(f"{d}: common.pt is missing (it holds the run's args)")
     common = megatron_legacy._load(common_file)
     if not isinstance(common, dict):
         raise ConversionError(f"{common_file} is not the trainer's common state (a dict with args)")
+    return common
+
+
+def read(path: str, vocab_size: Optional[int] = None) -> tuple:
+    """(mwb model config, vocabulary size, {mwb name: full tensor}, args) of a ``torch_dist`` checkpoint."""
+    d = _dir(os.path.abspath(path))
+    common = _common(d)
     args = common.get("args")
     megatron_args.check_args(args, d)
     layers = megatron_legacy._arg(args, "num_layers", need=True, where=d) if args is not None else None
@@ -118,4 +124,4 @@ def read(path: str, vocab_size: Optional[int] = None) -> tuple:
 
 
 def common_args(path: str):
-    return megatron_legacy._load(os.path.join(_dir(os.path.abspath(path)), "common.pt")).get("args")
+    return _common(_dir(os.path.abspath(path))).get("args")

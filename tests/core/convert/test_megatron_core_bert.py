@@ -1,4 +1,4 @@
-"""megatron-core BERT checkpoints (``--ckpt-format torch`` at TP 1/2, and ``torch_dist``) → mwb BERT: its MLM
+"""megatron-core BERT checkpoints (``--ckpt-format torch`` at TP 1/2 and PP 2, and ``torch_dist``) → mwb BERT: its MLM
 and binary logits equal megatron-core's own ``BertModel``'s.
 
 The reference is megatron-core 0.16's ``BertModel`` with ``bert_layer_local_spec`` (tied MLM head, two
@@ -51,11 +51,11 @@ def _check(out: str, ref: dict) -> None:
     assert (binary - ref["binary_logits"]).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_core_torch_bert_logits_match_megatron_core(ref, tmp_path, tp):
+@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (2, 2)])
+def test_core_torch_bert_logits_match_megatron_core(ref, tmp_path, tp, pp):
     _, r = ref
     save = tmp_path / "save"
-    write_core_torch(r, SPEC, str(save), tp=tp)
+    write_core_torch(r, SPEC, str(save), tp=tp, pp=pp)
     _vocab(save)
     _, out, family = convert(str(save), str(tmp_path / "mwb"))
     assert family == "megatron-bert"

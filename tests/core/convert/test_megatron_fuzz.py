@@ -1,6 +1,6 @@
 """Property-based tests of the Megatron / NeMo readers' metadata parsing: whatever a malformed
-``latest_checkpointed_iteration.txt``, torch_dist ``metadata.json``, ``.nemo`` ``model_config.yaml``, ``args``
-namespace or ``checkpoint_version`` holds, ``mwb convert`` either converts or stops with one line of the
+``latest_checkpointed_iteration.txt``, torch_dist ``metadata.json`` or ``common.pt``, ``.nemo``
+``model_config.yaml``, ``args`` namespace or ``checkpoint_version`` holds, ``mwb convert`` either converts or stops with one line of the
 project's own error types (exit 1 or 2) — never another exception — and writes nothing under DST.
 
 One tiny legacy GPT checkpoint (from a random-weight ``GPT2LMHeadModel``, tests/helpers/megatron_legacy.py) is
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from mwb.core.compose import load_full_model
 from mwb.core.config import ConfigError
-from mwb.core.convert import convert
+from mwb.core.convert import convert, mwb_to_megatron
 from mwb.core.convert.megatron_legacy import flatten_tensors
 from mwb.core.errors import MwbError
 from tests.helpers.cli import run_cli
@@ -32,7 +32,7 @@ from tests.helpers.megatron_legacy import write_gpt2
 
 V = 101
 CLEAN = (MwbError, ConfigError)  # ConversionError, DataError, CheckpointError are MwbErrors
-SETTINGS = settings(FUZZ, max_examples=20,
+SETTINGS = settings(FUZZ, max_examples=15,
                     suppress_health_check=[*FUZZ.suppress_health_check, HealthCheck.function_scoped_fixture])
 
 # A value of any JSON / YAML / pickle-friendly type: what a hand-edited or foreign file may hold.
@@ -77,7 +77,10 @@ def base(tmp_path_factory):
     (nemo / "model_config.yaml").write_text(yaml.safe_dump(cfg))
     _converts(str(save), str(root / "ok-legacy"))  # the unbroken ones convert: a failure below is the fuzz's
     _converts(str(nemo), str(root / "ok-nemo"))
-    return save, nemo, cfg
+    dist = root / "dist"  # a torch_dist save (mwb's own writer: common.pt + DCP), for its common.pt
+    mwb_to_megatron(str(root / "ok-legacy"), str(dist))
+    _converts(str(dist), str(root / "ok-dist"))
+    return save, nemo, cfg, dist
 
 
 def _converts(src: str, dst: str) -> None:
@@ -118,7 +121,7 @@ def _copy(src, work: str) -> str:
                       st.sampled_from([b"", b"\n", b"50", b"-1", b"\xb2", "\u0663".encode(), b"release\x00",
                                        b"iter_0000500", b"1e3", b"0x1f4"])))
 def test_tracker_file_of_any_bytes(base, capsys, data):
-    save, _, _ = base
+    save = base[0]
     with folder() as work:
         src = _copy(save, work)
         with open(os.path.join(src, "latest_checkpointed_iteration.txt"), "wb") as f:
@@ -140,7 +143,7 @@ def test_tracker_file_of_any_bytes(base, capsys, data):
 def test_torch_dist_metadata_json_of_any_content(base, capsys, data):
     """A ``metadata.json`` in the checkpoint directory: either not torch_dist (the legacy shards are read,
     and convert) or torch_dist with no DCP files (refused)."""
-    save, _, _ = base
+    save = base[0]
     with folder() as work:
         src = _copy(save, work)
         with open(os.path.join(src, "iter_0000500", "metadata.json"), "wb") as f:
@@ -151,7 +154,7 @@ def test_torch_dist_metadata_json_of_any_content(base, capsys, data):
 @SETTINGS
 @given(field=st.sampled_from(ARG_FIELDS), value=anything, drop=st.booleans())
 def test_args_missing_fields_or_wrong_types(base, capsys, field, value, drop):
-    save, _, _ = base
+    save = base[0]
     with folder() as work:
         src = _copy(save, work)
         shard = os.path.join(src, "iter_0000500", "mp_rank_00", "model_optim_rng.pt")
@@ -170,7 +173,7 @@ def test_args_missing_fields_or_wrong_types(base, capsys, field, value, drop):
 @SETTINGS
 @given(version=st.one_of(anything, st.sampled_from([0.5, 1.5, 4.0, -1.0, "2.0", "x"])))
 def test_unknown_checkpoint_version(base, capsys, version):
-    save, _, _ = base
+    save = base[0]
     with folder() as work:
         src = _copy(save, work)
         shard = os.path.join(src, "iter_0000500", "mp_rank_00", "model_optim_rng.pt")
@@ -193,7 +196,7 @@ def test_unknown_checkpoint_version(base, capsys, version):
                                "transformer_block_type", "rotary_percentage", "hidden_dropout"]),
               anything, st.booleans())))
 def test_nemo_model_config_yaml_of_any_content(base, capsys, data):
-    _, nemo, cfg = base
+    _, nemo, cfg, _ = base
     with folder() as work:
         src = _copy(nemo, work)
         if isinstance(data, bytes):
@@ -213,11 +216,45 @@ def test_nemo_model_config_yaml_of_any_content(base, capsys, data):
         _outcome(src, work, capsys, must_fail=must_fail)
 
 
+@SETTINGS
+@given(data=st.one_of(st.binary(max_size=40), st.sampled_from([[], "args", None, 3]),
+                      st.tuples(st.sampled_from(ARG_FIELDS), anything, st.booleans()),
+                      st.tuples(st.just("checkpoint_version"), anything, st.just(False))))
+def test_torch_dist_common_pt_of_any_content(base, capsys, data):
+    dist = base[3]
+    with folder() as work:
+        src = _copy(dist, work)
+        common = os.path.join(src, "release", "common.pt")
+        must_fail = True
+        if isinstance(data, bytes):
+            with open(common, "wb") as f:
+                f.write(data)
+        elif not isinstance(data, tuple):
+            torch.save(data, common)
+        else:
+            field, value, drop = data
+            ck = torch.load(common, weights_only=False)
+            if field == "checkpoint_version":
+                ck[field] = value
+                must_fail = not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                 and value in (0, 1, 2, 3))
+            else:
+                args = vars(ck["args"]).copy()
+                if drop:
+                    args.pop(field, None)
+                else:
+                    args[field] = value
+                ck["args"] = argparse.Namespace(**args)
+                must_fail = field in NEEDED and (drop or not (isinstance(value, int) and not isinstance(value, bool)))
+            torch.save(ck, common)
+        _outcome(src, work, capsys, must_fail=must_fail)
+
+
 @pytest.mark.parametrize("field,value", [("hidden_size", 8), ("ffn_hidden_size", 32), ("kv_channels", 4),
                                          ("max_position_embeddings", 8)])
 def test_args_that_disagree_with_the_weights_are_refused(base, capsys, field, value):
     """Found by the fuzz: well-typed wrong sizes used to be written as a checkpoint no model loads."""
-    save, _, _ = base
+    save = base[0]
     with folder() as work:
         src = _copy(save, work)
         shard = os.path.join(src, "iter_0000500", "mp_rank_00", "model_optim_rng.pt")
