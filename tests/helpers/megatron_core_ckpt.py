@@ -4,7 +4,9 @@ Splits the way megatron-core's layers are sharded: ``ColumnParallelLinear`` (``l
 ``output_layer``) and ``VocabParallelEmbedding`` along rows, ``RowParallelLinear`` (``linear_proj``,
 ``linear_fc2``) along columns, the rest replicated; a gated ``linear_fc1`` (SwiGLU) is ``[gate; up]`` on every
 rank, so each half is split on its own. ``linear_qkv``'s rows are group-major (``[ng, np/ng + 2, hn]``), so a
-plain row split gives each rank its whole groups. Pipeline stage p keeps its layers renumbered from 0; with
+plain row split gives each rank its whole groups; BERT's ``output_layer.bias`` (its head is tied) is split over
+the vocabulary like the embedding, its ``lm_head``, ``pooler`` and ``binary_head`` replicated. Pipeline
+stage p keeps its layers renumbered from 0; with
 tied embeddings the last stage (when not also the first) holds ``output_layer.weight`` as megatron-core does.
 """
 from __future__ import annotations
@@ -23,11 +25,11 @@ _ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
 
 
 def _tp_piece(key: str, t: torch.Tensor, rank: int, tp: int, swiglu: bool) -> torch.Tensor:
-    tail = key.split(".", 3)[-1] if key.startswith("decoder.layers.") else key
+    tail = key.split(".", 3)[-1] if key.startswith(("decoder.layers.", "encoder.layers.")) else key
     if swiglu and tail.startswith("mlp.linear_fc1."):
         gate, up = t.chunk(2)
         return torch.cat([gate.chunk(tp)[rank], up.chunk(tp)[rank]]).clone()
-    if tail in _COLUMN or key in ("embedding.word_embeddings.weight", "output_layer.weight"):
+    if tail in _COLUMN or key in ("embedding.word_embeddings.weight", "output_layer.weight", "output_layer.bias"):
         return t.chunk(tp)[rank].clone()
     if tail in _ROW:
         return t.chunk(tp, dim=1)[rank].clone()
@@ -35,7 +37,13 @@ def _tp_piece(key: str, t: torch.Tensor, rank: int, tp: int, swiglu: bool) -> to
 
 
 def core_args(spec: dict, tp: int, pp: int) -> argparse.Namespace:
-    return argparse.Namespace(
+    if spec.get("arch") == "bert":
+        bert = {"tokenizer_type": "BertWordPieceLowerCase", "vocab_file": "bert-vocab.txt", "merge_file": None,
+                "bert_binary_head": True, "num_tokentypes": spec["tokentypes"]}
+    else:
+        bert = {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": "gpt2-vocab.json",
+                "merge_file": "gpt2-merges.txt"}
+    return argparse.Namespace(**bert,
         num_layers=spec["num_layers"], hidden_size=spec["hidden_size"], num_attention_heads=spec["heads"],
         group_query_attention=spec["groups"] != spec["heads"], num_query_groups=spec["groups"],
         ffn_hidden_size=spec["ffn"], max_position_embeddings=spec["max_pos"],
@@ -43,8 +51,7 @@ def core_args(spec: dict, tp: int, pp: int) -> argparse.Namespace:
         add_bias_linear=spec["bias"], untie_embeddings_and_output_weights=not spec["tied"], norm_epsilon=1e-5,
         bias_gelu_fusion=False, openai_gelu=False, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
         padded_vocab_size=spec["padded_vocab"], make_vocab_size_divisible_by=8, rotary_base=10000,
-        rotary_percent=1.0, tokenizer_type="GPT2BPETokenizer", vocab_file="gpt2-vocab.json",
-        merge_file="gpt2-merges.txt", ckpt_format="torch")
+        rotary_percent=1.0, ckpt_format="torch")
 
 
 def write_core_torch(ref: dict, spec: dict, save: str, tp: int = 1, pp: int = 1, iteration: int = 500) -> str:
@@ -55,11 +62,12 @@ def write_core_torch(ref: dict, spec: dict, save: str, tp: int = 1, pp: int = 1,
         for r in range(tp):
             model = {}
             for k, v in state.items():
-                m = re.match(r"^decoder\.layers\.(\d+)\.(.+)$", k)
+                m = re.match(r"^(decoder|encoder)\.layers\.(\d+)\.(.+)$", k)
                 if m:
-                    i = int(m.group(1))
+                    i = int(m.group(2))
                     if p * per <= i < (p + 1) * per:
-                        model[f"decoder.layers.{i - p * per}.{m.group(2)}"] = _tp_piece(k, v, r, tp, spec["swiglu"])
+                        model[f"{m.group(1)}.layers.{i - p * per}.{m.group(3)}"] = _tp_piece(k, v, r, tp,
+                                                                                             spec["swiglu"])
                 elif k.startswith("embedding."):
                     if p == 0:
                         model[k] = _tp_piece(k, v, r, tp, False)

@@ -1,9 +1,11 @@
-"""Reference megatron-core GPTModels on CPU: ``python -m tests.helpers.megatron_core_ref SPEC.json OUT.pt``.
+"""Reference megatron-core models on CPU: ``python -m tests.helpers.megatron_core_ref SPEC.json OUT.pt``.
 
 Runs in its own process (megatron-core wants a process group and its parallel state): builds, for every
-config in SPEC.json, megatron-core's ``GPTModel`` with ``get_gpt_layer_local_spec()`` and
-``TransformerConfig(use_cpu_initialization=True)`` at TP 1 under a one-rank gloo group, and saves its
-``state_dict()`` (what Megatron-LM writes with ``--ckpt-format torch``) and its logits for fixed tokens.
+config in SPEC.json, megatron-core's ``GPTModel`` with ``get_gpt_layer_local_spec()`` (or, for a spec with
+``"arch": "bert"``, its ``BertModel`` with ``bert_layer_local_spec``, tied head, tokentypes and binary head)
+and ``TransformerConfig(use_cpu_initialization=True)`` at TP 1 under a one-rank gloo group, and saves its
+``state_dict()`` (what Megatron-LM writes with ``--ckpt-format torch``) and its logits for fixed tokens (BERT:
+MLM logits and binary logits for fixed tokens, tokentypes and a padding mask whose second row ends in padding).
 A spec with ``save_dist`` also saves the model with megatron-core's ``dist_checkpointing.save`` in Megatron-LM's
 trainer layout (``release/`` with ``args``, ``checkpoint_version`` and the model's sharded state dict: the
 ``torch_dist`` format); one with ``load_dist`` instead loads a fresh model from that ``torch_dist`` directory
@@ -38,6 +40,13 @@ def tiny_specs(vocab: int, padded_vocab: int, seeds: tuple, llama_groups: int) -
                       "vocab": vocab, "padded_vocab": padded_vocab, "seed": seeds[1]},
     }
 
+def bert_spec(vocab: int, padded_vocab: int, seed: int) -> dict:
+    """A tiny Megatron BERT (learned positions, LayerNorm, gelu, tied MLM head, 2 tokentypes, binary head)."""
+    return {"arch": "bert", "num_layers": 2, "hidden_size": 32, "heads": 4, "groups": 4, "ffn": 64,
+            "norm": "LayerNorm", "swiglu": False, "bias": True, "pos": "learned_absolute", "tied": True,
+            "max_pos": 64, "vocab": vocab, "padded_vocab": padded_vocab, "seed": seed, "tokentypes": 2}
+
+
 def build(spec: dict):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -51,6 +60,12 @@ def build(spec: dict):
                             bias_activation_fusion=False, masked_softmax_fusion=False,
                             gradient_accumulation_fusion=False, persist_layer_norm=False, apply_rope_fusion=False,
                             init_method_std=0.2)
+    if spec.get("arch") == "bert":
+        from megatron.core.models.bert.bert_layer_specs import bert_layer_local_spec
+        from megatron.core.models.bert.bert_model import BertModel
+        return BertModel(cfg, num_tokentypes=spec["tokentypes"], transformer_layer_spec=bert_layer_local_spec,
+                         vocab_size=spec["padded_vocab"], max_sequence_length=spec["max_pos"],
+                         share_embeddings_and_output_weights=True, add_binary_head=True).eval()
     return GPTModel(cfg, get_gpt_layer_local_spec(normalization=spec["norm"]), vocab_size=spec["padded_vocab"],
                     max_sequence_length=spec["max_pos"], position_embedding_type=spec["pos"],
                     share_embeddings_and_output_weights=spec["tied"]).eval()
@@ -96,15 +111,26 @@ def main(spec_file: str, out_file: str) -> None:
             model.load_state_dict(loaded, strict=False)  # _extra_state: None either way
         with torch.no_grad():
             # random norm weights too, so a norm mapped to the wrong place cannot go unseen
+            # (BERT: every bias too, megatron-core zeroes them, and lm_head.layer_norm)
+            bert = spec.get("arch") == "bert"
             for k, p in model.named_parameters():
-                if "layernorm" in k and not spec.get("load_dist"):
+                if ("layernorm" in k or bert and ("layer_norm" in k or k.endswith("bias"))) \
+                        and not spec.get("load_dist"):
                     p.add_(torch.randn_like(p) * 0.1)
         g = torch.Generator().manual_seed(7)
         tokens = torch.randint(0, spec["vocab"], (2, 9), generator=g)
         s = tokens.size(1)
-        mask = torch.ones(1, 1, s, s, dtype=torch.bool).triu(1)
+        extra_out = {}
         with torch.no_grad():
-            logits = model(tokens, torch.arange(s)[None].expand(2, s), mask)
+            if bert:
+                types = torch.randint(0, spec["tokentypes"], (2, s), generator=g)
+                padding = torch.ones(2, s, dtype=torch.long)
+                padding[1, 6:] = 0
+                logits, binary = model(tokens, padding, tokentype_ids=types)
+                extra_out = {"types": types, "padding": padding, "binary_logits": binary}
+            else:
+                mask = torch.ones(1, 1, s, s, dtype=torch.bool).triu(1)
+                logits = model(tokens, torch.arange(s)[None].expand(2, s), mask)
         state = {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
         extra = [k for k, v in model.state_dict().items() if not isinstance(v, torch.Tensor)]
         if spec.get("save_dist"):
@@ -116,7 +142,7 @@ def main(spec_file: str, out_file: str) -> None:
                                      "model": model.sharded_state_dict()}, d)
             with open(os.path.join(spec["save_dist"], "latest_checkpointed_iteration.txt"), "w") as f:
                 f.write("release")
-        out[name] = {"state": state, "extra_state_keys": extra, "tokens": tokens, "logits": logits}
+        out[name] = {"state": state, "extra_state_keys": extra, "tokens": tokens, "logits": logits, **extra_out}
     torch.save(out, out_file)
     dist.destroy_process_group()
 

@@ -3,7 +3,11 @@
 A megatron-core run saved with ``--ckpt-format torch`` writes the same ``mp_rank_TT[_PPP]/model_optim_rng.pt``
 files as the legacy trainer (``args``, ``checkpoint_version`` 3.0), but ``model`` is the flat
 ``state_dict()`` of megatron-core's ``GPTModel``: ``embedding.word_embeddings``, ``decoder.layers.N.…``
-(N local to the pipeline stage), ``decoder.final_layernorm``, ``output_layer`` when the head is untied. This
+(N local to the pipeline stage), ``decoder.final_layernorm``, ``output_layer`` when the head is untied; or
+of its ``BertModel``, whose block is ``encoder.layers.N.…`` / ``encoder.final_layernorm`` and which adds
+``embedding.tokentype_embeddings``, the MLM head ``lm_head.dense`` / ``lm_head.layer_norm`` +
+``output_layer.bias`` (vocab-parallel, like the legacy ``lm_head.bias``), ``pooler.dense`` and
+``binary_head`` (names printed from megatron-core 0.16's ``BertModel(bert_layer_local_spec)``). This
 module renames those keys to the names :mod:`.megatron_legacy` merges, so both layouts share one merge:
 
   * ``self_attention.linear_qkv`` → ``attn.query_key_value``; its rows are ``[ng, np/ng + 2, hn]`` per TP
@@ -23,7 +27,7 @@ import torch
 
 from .hf_io import ConversionError
 
-_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_LAYER = re.compile(r"^(?:decoder|encoder)\.layers\.(\d+)\.(.+)$")
 _NAMES = {"self_attention.linear_qkv.weight": "attn.query_key_value.weight",
           "self_attention.linear_qkv.bias": "attn.query_key_value.bias",
           "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
@@ -40,16 +44,26 @@ _NAMES = {"self_attention.linear_qkv.weight": "attn.query_key_value.weight",
 _TOP = {"embedding.word_embeddings.weight": "embedding.word_embeddings.weight",
         "embedding.position_embeddings.weight": "embedding.position_embeddings.weight",
         "decoder.final_layernorm.weight": "final_norm.weight", "decoder.final_layernorm.bias": "final_norm.bias",
-        "output_layer.weight": "output_layer.weight"}
+        "output_layer.weight": "output_layer.weight",
+        # BertModel
+        "encoder.final_layernorm.weight": "final_norm.weight", "encoder.final_layernorm.bias": "final_norm.bias",
+        "embedding.tokentype_embeddings.weight": "embedding.tokentype_embeddings.weight",
+        "lm_head.dense.weight": "lm_head.dense.weight", "lm_head.dense.bias": "lm_head.dense.bias",
+        "lm_head.layer_norm.weight": "lm_head.layernorm.weight", "lm_head.layer_norm.bias": "lm_head.layernorm.bias",
+        "output_layer.bias": "lm_head.bias", "pooler.dense.weight": "pooler.dense.weight",
+        "pooler.dense.bias": "pooler.dense.bias", "binary_head.weight": "binary_head.weight",
+        "binary_head.bias": "binary_head.bias"}
 
 
 def is_core_state(model: dict) -> bool:
-    """Whether a shard's ``model`` is a flat megatron-core state dict (not the legacy nested one)."""
-    return isinstance(model, dict) and any(isinstance(k, str) and k.startswith("decoder.") for k in model)
+    """Whether a shard's ``model`` is a flat megatron-core state dict (not the legacy nested one, whose keys
+    are ``language_model`` / ``lm_head`` / ``binary_head`` holding dicts)."""
+    return isinstance(model, dict) and any(isinstance(k, str) and k.startswith(("decoder.", "encoder."))
+                                           for k in model)
 
 
 def uniform(model: dict, where: str) -> dict:
-    """The megatron-core GPT state dict ``model`` under the legacy reader's names."""
+    """The megatron-core GPT or BERT state dict ``model`` under the legacy reader's names."""
     out = {}
     for k, v in model.items():
         if k.endswith("_extra_state") or not isinstance(v, torch.Tensor):
@@ -60,11 +74,11 @@ def uniform(model: dict, where: str) -> dict:
                 raise ConversionError(f"{where}: mixture-of-experts megatron-core checkpoints are not supported")
             name = _NAMES.get(m.group(2))
             if name is None:
-                raise ConversionError(f"{where}: unexpected megatron-core tensor '{k}' (not a GPT layer parameter)")
+                raise ConversionError(f"{where}: unexpected megatron-core tensor '{k}' (not a GPT/BERT layer parameter)")
             out[f"layers.{m.group(1)}.{name}"] = v
         elif k in _TOP:
             out[_TOP[k]] = v
         else:
-            raise ConversionError(f"{where}: unexpected megatron-core tensor '{k}' (GPT models only: embedding, "
-                                  f"decoder, output_layer)")
+            raise ConversionError(f"{where}: unexpected megatron-core tensor '{k}' (GPT and BERT models only: "
+                                  f"embedding, decoder/encoder, output_layer, lm_head, pooler, binary_head)")
     return out

@@ -6,8 +6,9 @@ A ``torch_dist`` checkpoint directory (``iter_NNNNNNN/`` or ``release/``, named 
 Distributed Checkpoint (``.metadata`` + ``__R_F.distcp`` files). Every model tensor is stored whole, in its
 global TP-1 shape, under megatron-core's sharded key; decoder layers are stacked on a leading layer axis
 (``decoder.layers.self_attention.linear_qkv.weight`` is ``[L, (np + 2·ng)·hn, h]``), whatever TP/PP/EP wrote
-it. So reading is: load the model's tensors with ``torch.distributed.checkpoint`` (``no_dist=True``: no process
-group), unstack the layer axis, and hand the result to the same merge as the ``torch`` format, as one shard.
+it (BERT's block is ``encoder.layers.*``, stacked the same way). So reading is: load the model's tensors with
+``torch.distributed.checkpoint`` (``no_dist=True``: no process group), unstack the layer axis,
+and hand the result to the same merge as the ``torch`` format, as one shard.
 
 ``common.pt`` holds the pickled ``args``: like the legacy reader it is read with ``weights_only=False``, for
 trusted checkpoints only. ``_extra_state`` byte objects and optimizer state are not read.
@@ -21,10 +22,10 @@ from typing import Optional
 
 import torch
 
-from . import megatron_core, megatron_legacy
+from . import megatron_args, megatron_core, megatron_legacy
 from .hf_io import ConversionError
 
-MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")
+MODEL_PREFIXES = ("embedding.", "decoder.", "encoder.", "output_layer.", "lm_head.", "pooler.", "binary_head.")
 
 
 def _dir(path: str) -> str:
@@ -45,9 +46,10 @@ def is_dist(path: str) -> bool:
         return False
     try:
         with open(meta, encoding="utf-8") as f:
-            return json.load(f).get("sharded_backend") == "torch_dist"
+            meta = json.load(f)
     except (OSError, ValueError):
         return False
+    return isinstance(meta, dict) and meta.get("sharded_backend") == "torch_dist"
 
 
 def load_tensors(d: str, prefix: str = "") -> dict:
@@ -80,34 +82,46 @@ def load_tensors(d: str, prefix: str = "") -> dict:
 
 
 def unstack(tensors: dict, layers: int, where: str) -> dict:
-    """Stacked ``decoder.layers.X`` ``[L, …]`` → ``decoder.layers.N.X``; per-layer keys pass through."""
+    """Stacked ``decoder.layers.X`` (``encoder.layers.X``) ``[L, …]`` → ``decoder.layers.N.X``; per-layer keys
+    pass through."""
     out = {}
     for k, v in tensors.items():
-        if k.startswith("decoder.layers.") and not re.match(r"^decoder\.layers\.\d+\.", k):
-            if v.shape[0] != layers:
-                raise ConversionError(f"{where}: {k} stacks {v.shape[0]} layers, args say {layers}")
+        m = re.match(r"^(decoder|encoder)\.layers\.(?!\d+\.)", k)
+        if m:
+            if v.dim() == 0 or v.shape[0] != layers:
+                raise ConversionError(f"{where}: {k} stacks {v.shape[0] if v.dim() else 0} layers, args say "
+                                      f"{layers}")
             for i in range(layers):
-                out[f"decoder.layers.{i}.{k[len('decoder.layers.'):]}"] = v[i].clone()
+                out[f"{m.group(1)}.layers.{i}.{k[m.end():]}"] = v[i].clone()
         else:
             out[k] = v
     return out
 
 
-def read(path: str, vocab_size: Optional[int] = None) -> tuple:
-    """(mwb model config, vocabulary size, {mwb name: full tensor}, args) of a ``torch_dist`` checkpoint."""
-    d = _dir(os.path.abspath(path))
+def _common(d: str) -> dict:
+    """``common.pt`` of the checkpoint directory ``d``: the trainer's dict with ``args``."""
     common_file = os.path.join(d, "common.pt")
     if not os.path.isfile(common_file):
         raise ConversionError(f"{d}: common.pt is missing (it holds the run's args)")
     common = megatron_legacy._load(common_file)
+    if not isinstance(common, dict):
+        raise ConversionError(f"{common_file} is not the trainer's common state (a dict with args)")
+    return common
+
+
+def read(path: str, vocab_size: Optional[int] = None) -> tuple:
+    """(mwb model config, vocabulary size, {mwb name: full tensor}, args) of a ``torch_dist`` checkpoint."""
+    d = _dir(os.path.abspath(path))
+    common = _common(d)
     args = common.get("args")
+    megatron_args.check_args(args, d)
     layers = megatron_legacy._arg(args, "num_layers", need=True, where=d) if args is not None else None
     if layers is None:
         raise ConversionError(f"{d}: common.pt has no 'args' (the architecture cannot be known)")
-    version = float(common.get("checkpoint_version", 3.0))
+    version = megatron_args.check_version(common.get("checkpoint_version", 3.0), d, megatron_legacy.VERSIONS)
     flat = megatron_core.uniform(unstack(load_tensors(d), int(layers), d), d)
     return megatron_legacy.assemble(args, version, [[flat]], d, vocab_size)
 
 
 def common_args(path: str):
-    return megatron_legacy._load(os.path.join(_dir(os.path.abspath(path)), "common.pt")).get("args")
+    return _common(_dir(os.path.abspath(path))).get("args")

@@ -28,6 +28,7 @@ from ..atomic import atomic_write_json
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
 from . import megatron_dist, megatron_legacy
+from .megatron_args import check_shapes
 
 
 def _candidates(src: str, d: str, name: Optional[str]) -> list[str]:
@@ -94,6 +95,7 @@ def megatron_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, s
     files, size, lower = find_tokenizer(src, args) if args is not None else (None, None, None)
     m, vocab, tensors, _ = (megatron_dist if dist else megatron_legacy).read(src, vocab_size=size)
     cfg = update(RunConfig(), {"model": m})
+    check_shapes(cfg.model, vocab, tensors, src)
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=None))
     with tempfile.TemporaryDirectory(prefix="mwb-megatron-tok-") as tmp:
         extra = {"tokenizer": _stage_tokenizer(files, lower, tmp)} if files else {}

@@ -36,6 +36,7 @@ from typing import Optional
 import torch
 
 from . import megatron_core
+from .megatron_args import check_args, check_version
 from .hf_io import ConversionError
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -64,14 +65,17 @@ def checkpoint_dir(path: str) -> str:
     tracker = os.path.join(path, TRACKER)
     if not os.path.isfile(tracker):
         return path
-    with open(tracker, encoding="utf-8") as f:
-        text = f.read().strip()
+    try:
+        with open(tracker, "rb") as f:
+            text = f.read(256).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConversionError(f"{tracker} cannot be read as text ({type(e).__name__})") from None
     if text == "release":
         d = os.path.join(path, "release")
-    elif text.isdigit():
+    elif text.isascii() and text.isdigit():  # not str.isdigit alone: '²' is a digit int() refuses
         d = os.path.join(path, f"iter_{int(text):07d}")
     else:
-        raise ConversionError(f"{tracker} says '{text}', which is neither an iteration number nor 'release'")
+        raise ConversionError(f"{tracker} says {text[:40]!r}, which is neither an iteration number nor 'release'")
     if not os.path.isdir(d):
         raise ConversionError(f"{tracker} names {os.path.basename(d)}, which is not in {path}")
     return d
@@ -220,6 +224,7 @@ def model_config(args, sd: dict, where: str) -> dict:
     need = lambda n: _arg(args, n, need=True, where=where)  # noqa: E731
     if args is None:
         raise ConversionError(f"{where}: the checkpoint has no 'args' (the architecture cannot be known)")
+    check_args(args, where)
     if _arg(args, "apply_residual_connection_post_layernorm", False):
         raise ConversionError(f"{where}: apply_residual_connection_post_layernorm (the residual taken after "
                               f"the norm) has no mwb equivalent")
@@ -275,17 +280,15 @@ def model_config(args, sd: dict, where: str) -> dict:
 def _gather(d: str) -> tuple:
     """(args, checkpoint_version, tp, pp, [[stage tensors of tp rank t] for each stage p])."""
     first = _load(_shard_file(d, 0, 0, pp_of_names(d)))
-    args = first.get("args")
+    args = first.get("args") if isinstance(first, dict) else None
+    check_args(args, d)
     tp = int(_arg(args, "tensor_model_parallel_size", _arg(args, "model_parallel_size", 1)))
     pp = int(_arg(args, "pipeline_model_parallel_size", 1))
     if int(_arg(args, "virtual_pipeline_model_parallel_size", 1) or 1) > 1:
         raise ConversionError(f"{d}: virtual-pipeline (interleaved) checkpoints are not supported")
     if "checkpoint_version" not in first:
         raise ConversionError(f"{d}: the checkpoint has no checkpoint_version (its QKV order is unknown)")
-    version = float(first["checkpoint_version"])
-    if version not in VERSIONS:
-        raise ConversionError(f"{d}: checkpoint_version {first['checkpoint_version']} is not one mwb knows "
-                              f"(0, 1.0, 2.0, 3.0)")
+    version = check_version(first["checkpoint_version"], d, VERSIONS)
     stages = []
     for p in range(pp):
         row = []

@@ -35,7 +35,7 @@ import torch
 
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
-from . import megatron_core, megatron_dist, megatron_legacy
+from . import megatron_args, megatron_core, megatron_dist, megatron_legacy
 from .hf_io import ConversionError
 from .megatron_io import _stage_tokenizer
 
@@ -71,7 +71,7 @@ def _yaml(file: str) -> dict:
     try:
         with open(file, encoding="utf-8") as f:
             data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConversionError(f"{file} cannot be read as YAML ({type(e).__name__})") from None
     if not isinstance(data, dict):
         raise ConversionError(f"{file} is not a YAML mapping")
@@ -104,6 +104,8 @@ def nemo1_args(cfg: dict, where: str) -> argparse.Namespace:
     groups = cfg.get("num_query_groups") or heads
     bias = bool(cfg.get("bias", True))
     tok = cfg.get("tokenizer") or {}
+    if not isinstance(tok, dict):
+        raise ConversionError(f"{where}: the config's tokenizer is {tok!r:.60}, not a mapping")
     return argparse.Namespace(
         num_layers=_need(cfg, "num_layers", where), hidden_size=_need(cfg, "hidden_size", where),
         num_attention_heads=heads, group_query_attention=groups != heads, num_query_groups=groups,
@@ -111,7 +113,7 @@ def nemo1_args(cfg: dict, where: str) -> argparse.Namespace:
         max_position_embeddings=_need(cfg, "max_position_embeddings", where, "encoder_seq_length"),
         position_embedding_type=str(cfg.get("position_embedding_type", "learned_absolute")),
         normalization=_norm(cfg.get("normalization", "layernorm"), where), swiglu="swiglu" in act,
-        norm_epsilon=float(cfg.get("layernorm_epsilon", 1e-5)), add_bias_linear=bias,
+        norm_epsilon=cfg.get("layernorm_epsilon", 1e-5), add_bias_linear=bias,
         # NeMo's fused bias-gelu (bias_activation_fusion) is the tanh approximation, as in Megatron
         openai_gelu=bool(cfg.get("openai_gelu", False)),
         bias_gelu_fusion=bool(cfg.get("bias_activation_fusion", False)) and bias and act == "gelu",
@@ -120,8 +122,8 @@ def nemo1_args(cfg: dict, where: str) -> argparse.Namespace:
         hidden_dropout=cfg.get("hidden_dropout", 0.1), attention_dropout=cfg.get("attention_dropout", 0.1),
         init_method_std=cfg.get("init_method_std", 0.02),
         make_vocab_size_divisible_by=cfg.get("make_vocab_size_divisible_by", 128),
-        tensor_model_parallel_size=int(cfg.get("tensor_model_parallel_size", 1) or 1),
-        pipeline_model_parallel_size=int(cfg.get("pipeline_model_parallel_size", 1) or 1),
+        tensor_model_parallel_size=cfg.get("tensor_model_parallel_size", 1) or 1,
+        pipeline_model_parallel_size=cfg.get("pipeline_model_parallel_size", 1) or 1,
         virtual_pipeline_model_parallel_size=cfg.get("virtual_pipeline_model_parallel_size"),
         tokenizer_type=str(tok.get("type") or ""), num_experts=cfg.get("num_moe_experts"))
 
@@ -143,7 +145,7 @@ def nemo2_args(cfg: dict, where: str) -> argparse.Namespace:
         max_position_embeddings=_need(cfg, "seq_length", where, "max_position_embeddings"),
         position_embedding_type=str(cfg.get("position_embedding_type", "learned_absolute")),
         normalization=_norm(cfg.get("normalization", "LayerNorm"), where), swiglu=gated,
-        norm_epsilon=float(cfg.get("layernorm_epsilon", 1e-5)), add_bias_linear=bool(cfg.get("add_bias_linear", True)),
+        norm_epsilon=cfg.get("layernorm_epsilon", 1e-5), add_bias_linear=bool(cfg.get("add_bias_linear", True)),
         add_qkv_bias=bool(cfg.get("add_qkv_bias", False)), openai_gelu=False,
         bias_gelu_fusion=bool(cfg.get("bias_activation_fusion", False)) and fn == "gelu"
         and bool(cfg.get("add_bias_linear", True)),
@@ -287,7 +289,7 @@ def _read(src: str, root: str, tmp: str) -> tuple:
         version = 3.0 if cfg.get("mcore_gpt") else 2.0  # NeMo's legacy GPT fuses QKV as [np, 3, hn]
         dist_dir = os.path.join(root, "model_weights")
         dist_dir = dist_dir if os.path.isdir(dist_dir) else None
-        tok = cfg.get("tokenizer") or {}
+        tok = cfg.get("tokenizer") or {}  # a mapping: nemo1_args checked it
         has = dist_dir or os.path.isfile(os.path.join(root, WEIGHTS)) or any(
             n.startswith(("mp_rank_", "tp_rank_")) for n in os.listdir(root))
         if not has:
@@ -305,6 +307,7 @@ def _read(src: str, root: str, tmp: str) -> tuple:
             raise ConversionError(f"{src}: the checkpoint holds no weights (weights/ is not a torch_dist checkpoint)")
         tok = {}
         root = os.path.join(root, "context")
+    megatron_args.check_args(args, src)  # before _weights computes with the layout
     stages = _weights(root, args, version, dist_dir, prefix)
     files, lower = find_tokenizer(root, tok)
     paths, size = _stage(files, lower, tmp)
@@ -324,6 +327,7 @@ def nemo_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
         os.makedirs(tok_dir)
         m, vocab, tensors, paths = _read(src, root, tok_dir)
         cfg = update(RunConfig(), {"model": m})
+        megatron_args.check_shapes(cfg.model, vocab, tensors, src)
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=None))
         extra = {"tokenizer": paths} if paths else {}
         write_model_checkpoint(dst, cfg, vocab, tensors, extra_files=extra, overwrite=overwrite)
