@@ -151,6 +151,16 @@ def test_torch_dist_metadata_json_of_any_content(base, capsys, data):
         _outcome(src, work, capsys, must_fail=False)
 
 
+def _edited_args(args: argparse.Namespace, field: str, value, drop: bool) -> argparse.Namespace:
+    """``args`` with ``field`` dropped, or set to ``value``."""
+    out = vars(args).copy()
+    if drop:
+        out.pop(field, None)
+    else:
+        out[field] = value
+    return argparse.Namespace(**out)
+
+
 @SETTINGS
 @given(field=st.sampled_from(ARG_FIELDS), value=anything, drop=st.booleans())
 def test_args_missing_fields_or_wrong_types(base, capsys, field, value, drop):
@@ -159,12 +169,7 @@ def test_args_missing_fields_or_wrong_types(base, capsys, field, value, drop):
         src = _copy(save, work)
         shard = os.path.join(src, "iter_0000500", "mp_rank_00", "model_optim_rng.pt")
         ck = torch.load(shard, weights_only=False)
-        args = vars(ck["args"]).copy()
-        if drop:
-            args.pop(field, None)
-        else:
-            args[field] = value
-        ck["args"] = argparse.Namespace(**args)
+        ck["args"] = _edited_args(ck["args"], field, value, drop)
         torch.save(ck, shard)
         wrong_int = field in NEEDED and not (isinstance(value, int) and not isinstance(value, bool))
         _outcome(src, work, capsys, must_fail=(drop and field in NEEDED) or (not drop and wrong_int))
@@ -239,12 +244,7 @@ def test_torch_dist_common_pt_of_any_content(base, capsys, data):
                 must_fail = not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                  and value in (0, 1, 2, 3))
             else:
-                args = vars(ck["args"]).copy()
-                if drop:
-                    args.pop(field, None)
-                else:
-                    args[field] = value
-                ck["args"] = argparse.Namespace(**args)
+                ck["args"] = _edited_args(ck["args"], field, value, drop)
                 must_fail = field in NEEDED and (drop or not (isinstance(value, int) and not isinstance(value, bool)))
             torch.save(ck, common)
         _outcome(src, work, capsys, must_fail=must_fail)
