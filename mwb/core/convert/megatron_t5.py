@@ -1,4 +1,4 @@
-"""megatron-core T5 checkpoints (``--ckpt-format torch``, any TP, PP 1) → mwb T5 tensors and config.
+"""megatron-core T5 checkpoints (``--ckpt-format torch`` at any TP, PP 1, and ``torch_dist``) → mwb T5 tensors and config.
 
 megatron-core 0.16's ``T5Model`` state dict (names printed from it with the local encoder/decoder specs):
 ``embedding.word_embeddings`` / ``embedding.position_embeddings`` (the latter also at the top level as
@@ -6,7 +6,9 @@ megatron-core 0.16's ``T5Model`` state dict (names printed from it with the loca
 ``input_layernorm``, ``self_attention.linear_qkv`` (rows ``[np, 3, hn]`` per TP shard), ``linear_proj``,
 ``pre_mlp_layernorm``, ``mlp.linear_fc1`` / ``linear_fc2``; the decoder also ``pre_cross_attn_layernorm``,
 ``cross_attention.linear_q``, ``cross_attention.linear_kv`` (rows ``[np, 2, hn]`` per shard) and
-``cross_attention.linear_proj``. ``encoder.final_layernorm`` / ``decoder.final_layernorm`` exist only with
+``cross_attention.linear_proj``. ``linear_qkv.layer_norm_*`` / ``linear_fc1.layer_norm_*`` (the norm fused into
+the linear: Transformer Engine, and ``torch_dist``'s names) are read as ``input_layernorm`` / ``pre_mlp_layernorm``.
+``encoder.final_layernorm`` / ``decoder.final_layernorm`` exist only with
 Transformer Engine's spec (the local spec's blocks have none: ``t5_final_norm: false``). The head is
 ``lm_head.output_layer`` (aliased as ``output_layer``): its ``weight`` when untied; when tied
 (Megatron's default) a vocab-parallel ``bias`` only, which mwb's T5 holds as ``head.bias`` (``t5_head_bias``).
@@ -30,6 +32,12 @@ _SIMPLE = {"input_layernorm": ("ln1", None), "pre_mlp_layernorm": ("ln2", None),
            "self_attention.linear_proj": ("attn.o_proj", 1), "mlp.linear_fc1": ("mlp.up_proj", 0),
            "mlp.linear_fc2": ("mlp.down_proj", 1), "cross_attention.linear_q": ("cross_attn.q_proj", 0),
            "cross_attention.linear_proj": ("cross_attn.o_proj", 1)}
+# the norm fused into the next linear (Transformer Engine's layout, and megatron-core's sharded_state_dict names
+# in torch_dist checkpoints) → the separate norm's name
+_FUSED_NORMS = {"self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+                "self_attention.linear_qkv.layer_norm_bias": "input_layernorm.bias",
+                "mlp.linear_fc1.layer_norm_weight": "pre_mlp_layernorm.weight",
+                "mlp.linear_fc1.layer_norm_bias": "pre_mlp_layernorm.bias"}
 _TOP = ("embedding.word_embeddings.weight", "embedding.position_embeddings.weight", "position_embeddings.weight",
         "encoder.final_layernorm.weight", "encoder.final_layernorm.bias", "decoder.final_layernorm.weight",
         "decoder.final_layernorm.bias", "lm_head.output_layer.weight", "lm_head.output_layer.bias",
@@ -48,9 +56,12 @@ def tensors(model: dict, where: str) -> dict:
         if k.endswith("_extra_state") or not isinstance(v, torch.Tensor):
             continue
         m = _LAYER.match(k)
-        base = m.group(3).rsplit(".", 1)[0] if m else None
-        if not (k in _TOP or m and (base in _SIMPLE or base in ("self_attention.linear_qkv",
-                                                                "cross_attention.linear_kv"))):
+        if m and m.group(3) in _FUSED_NORMS:
+            k = f"{m.group(1)}.layers.{m.group(2)}.{_FUSED_NORMS[m.group(3)]}"
+            m = _LAYER.match(k)
+        base, s = m.group(3).rsplit(".", 1) if m else (None, None)
+        if not (k in _TOP or m and s in ("weight", "bias") and (
+                base in _SIMPLE or base in ("self_attention.linear_qkv", "cross_attention.linear_kv"))):
             raise ConversionError(f"{where}: unexpected megatron-core T5 tensor '{k}'")
         out[k] = v
     return out

@@ -1,4 +1,4 @@
-"""megatron-core T5 checkpoints (``--ckpt-format torch`` at TP 1 and 2) → mwb T5: its logits equal megatron-core's
+"""megatron-core T5 checkpoints (``--ckpt-format torch`` at TP 1 and 2, and ``torch_dist``) → mwb T5: its logits equal megatron-core's
 own ``T5Model``'s.
 
 The reference is megatron-core 0.16's ``T5Model`` with learned positions, built on CPU by
@@ -33,9 +33,18 @@ def _vocab(d) -> None:
         f.write("\n".join(words) + "\n")
 
 
+DIST = ("tied-bare", "untied-norms")  # also saved with dist_checkpointing.save (torch_dist)
+
+
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory):
-    return run_reference(SPECS, tmp_path_factory.mktemp("mcore-t5"))
+    d = tmp_path_factory.mktemp("mcore-t5")
+    specs = {n: {**s, "save_dist": str(d / n)} if n in DIST else s for n, s in SPECS.items()}
+    out = run_reference(specs, d)
+    for n in DIST:
+        _vocab(d / n)
+        out[n]["dist"] = str(d / n)
+    return out
 
 
 def _logits(out: str, r: dict):
@@ -63,6 +72,15 @@ def test_core_torch_t5_logits_match_megatron_core(ref, tmp_path, name, tp):
         ("t5", spec["tied"], spec["final_norm"], spec["tied"], False)
     if spec["tied"]:
         assert r["state"]["lm_head.output_layer.bias"].abs().max() > 0.05  # the bias is really exercised
+    assert (_logits(out, r) - r["logits"][..., :V]).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("name", DIST)
+def test_torch_dist_t5_logits_match_megatron_core(ref, tmp_path, name):
+    """megatron-core's own torch_dist save: stacked layers and the fused-norm names of its sharded state dict."""
+    r = ref[name]
+    _, out, family = convert(r["dist"], str(tmp_path / "mwb"))
+    assert family == "megatron-t5"
     assert (_logits(out, r) - r["logits"][..., :V]).abs().max().item() < 1e-5
 
 
