@@ -3,10 +3,10 @@ the model the checkpoint came from, by running the same conversions as the tests
 
 References (code that is not mwb's): transformers' ``GPT2LMHeadModel`` / ``MegatronBertForPreTraining`` for the
 Megatron-LM legacy layout (written by tests/helpers/megatron_legacy.py), and megatron-core 0.16's own
-``GPTModel`` / ``BertModel`` built on CPU (tests/helpers/megatron_core_ref.py, one subprocess) for the
+``GPTModel`` / ``BertModel`` / ``T5Model`` built on CPU (tests/helpers/megatron_core_ref.py, one subprocess) for the
 megatron-core ``torch`` and ``torch_dist`` formats and the NeMo archives and NeMo 2 directory built from
 those state dicts (tests/helpers/nemo_ckpt.py). BERT rows
-compare the MLM logits at the real (non-padding) tokens. The round-trip rows (mwb → ``--to megatron`` → mwb)
+compare the MLM logits at the real (non-padding) tokens, T5 rows the decoder logits. The round-trip rows (mwb → ``--to megatron`` → mwb)
 give the max |Δ| over every tensor instead (0 means bit-exact). All fp32 on CPU; nothing here is timed.
 
     python benchmarks/megatron_logit_table.py        # from the repository root (the reference subprocess
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mwb.core.compose import load_full_model  # noqa: E402
 from mwb.core.convert import convert, mwb_to_megatron  # noqa: E402
 from tests.helpers.megatron_core_ckpt import write_core_torch  # noqa: E402
-from tests.helpers.megatron_core_ref import bert_spec, run_reference, tiny_specs  # noqa: E402
+from tests.helpers.megatron_core_ref import bert_spec, run_reference, t5_spec, tiny_specs  # noqa: E402
 from tests.helpers.megatron_legacy import write_bert, write_gpt2  # noqa: E402
 from tests.helpers.nemo_ckpt import legacy_nemo, mcore_cfg, nemo2_dir, nemo_tar, redcp, vocab_files  # noqa: E402
 
@@ -183,13 +183,40 @@ def _round_trip(mwb_dir: str, work: Path) -> float:
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
+def t5_rows(work: Path) -> list:
+    """megatron-core T5 (learned positions): tied (+ head bias) or untied, with or without final norms."""
+    specs = {(tied, norms): t5_spec(V, 104, 11, tied, norms) for tied in (True, False) for norms in (True, False)}
+    dist = work / "dist-t5"  # the tied model without final norms (Megatron's default, local spec) as torch_dist
+    specs[(True, False)] = {**specs[(True, False)], "save_dist": str(dist)}
+    refs = run_reference({f"{t}-{n}": s for (t, n), s in specs.items()}, work)
+    rows = []
+
+    def delta(r, src, out):
+        _bert_vocab(src)
+        _, out, _ = convert(str(src), str(out))
+        _, model, _ = load_full_model(out)
+        with torch.no_grad():
+            return (model(r["tokens"], r["dec_tokens"])[..., :V] - r["logits"][..., :V]).abs().max().item()
+    for (tied, norms), spec in specs.items():
+        r = refs[f"{tied}-{norms}"]
+        arch = f"T5 ({'tied + head bias' if tied else 'untied'}, {'final norms' if norms else 'no final norms'})"
+        for tp in (1, 2):
+            save = work / f"core-t5-{tied}-{norms}-{tp}"
+            write_core_torch(r, spec, str(save), tp=tp)
+            rows.append(("megatron-core torch", arch, f"TP {tp} PP 1", delta(r, save, str(save) + "-mwb")))
+        if "save_dist" in spec:
+            rows.append(("megatron-core torch_dist", arch, "saved by dist_checkpointing (TP 1)",
+                         delta(r, dist, str(dist) + "-mwb")))
+    return rows
+
+
 def main() -> None:
     print("# Megatron / megatron-core conversions: max |Δlogit| against the source model (fp32, CPU)")
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, {platform.processor() or platform.machine()}, "
           f"torch {torch.__version__}, load {open('/proc/loadavg').read().split()[0] if os.path.exists('/proc/loadavg') else '?'}")
     with tempfile.TemporaryDirectory(prefix="mwb-logit-table-") as tmp:
         gpt2 = _gpt2()
-        rows = legacy_rows(Path(tmp), gpt2) + core_rows(Path(tmp), gpt2)
+        rows = legacy_rows(Path(tmp), gpt2) + core_rows(Path(tmp), gpt2) + t5_rows(Path(tmp))
     print("| format | architecture | layout | max abs Δ |")
     print("|---|---|---|---|")
     for fmt, arch, layout, d in rows:

@@ -46,6 +46,8 @@ class ModelConfig:
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     t5_scale_decoder_output: Optional[bool] = None  # decoder output × hidden^-0.5 before the head; None = tied
+    t5_head_bias: bool = False  # a vocab bias on the T5 head (megatron-core's tied lm_head.output_layer.bias)
+    t5_final_norm: bool = True  # False: no encoder/decoder final norm (megatron-core's local spec without TE)
     num_tokentypes: int = 2
     bert_binary_head: bool = True
     bert_post_norm: bool = False  # Hugging Face BERT layout (post-norm, embedding norm); default Megatron pre-norm

@@ -3,7 +3,9 @@
 Splits the way megatron-core's layers are sharded: ``ColumnParallelLinear`` (``linear_qkv``, ``linear_fc1``,
 ``output_layer``) and ``VocabParallelEmbedding`` along rows, ``RowParallelLinear`` (``linear_proj``,
 ``linear_fc2``) along columns, the rest replicated; a gated ``linear_fc1`` (SwiGLU) is ``[gate; up]`` on every
-rank, so each half is split on its own. ``linear_qkv``'s rows are group-major (``[ng, np/ng + 2, hn]``), so a
+rank, so each half is split on its own. T5's cross-attention ``linear_q``/``linear_kv`` are column-parallel
+(``linear_kv`` rows ``[np, 2, hn]``, so a row split keeps whole heads), its ``linear_proj`` row-parallel and
+its ``lm_head.output_layer`` split over the vocabulary. ``linear_qkv``'s rows are group-major (``[ng, np/ng + 2, hn]``), so a
 plain row split gives each rank its whole groups; BERT's ``output_layer.bias`` (its head is tied) is split over
 the vocabulary like the embedding, its ``lm_head``, ``pooler`` and ``binary_head`` replicated. Pipeline
 stage p keeps its layers renumbered from 0; with
@@ -20,8 +22,11 @@ import torch
 from tests.helpers.megatron_legacy import shard_dir, write_tracker
 
 _COLUMN = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias", "mlp.linear_fc1.weight",
-           "mlp.linear_fc1.bias")
-_ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
+           "mlp.linear_fc1.bias", "cross_attention.linear_q.weight", "cross_attention.linear_q.bias",
+           "cross_attention.linear_kv.weight", "cross_attention.linear_kv.bias")
+_ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight", "cross_attention.linear_proj.weight")
+_VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight", "output_layer.bias",
+          "lm_head.output_layer.weight", "lm_head.output_layer.bias")
 
 
 def _tp_piece(key: str, t: torch.Tensor, rank: int, tp: int, swiglu: bool) -> torch.Tensor:
@@ -29,7 +34,7 @@ def _tp_piece(key: str, t: torch.Tensor, rank: int, tp: int, swiglu: bool) -> to
     if swiglu and tail.startswith("mlp.linear_fc1."):
         gate, up = t.chunk(2)
         return torch.cat([gate.chunk(tp)[rank], up.chunk(tp)[rank]]).clone()
-    if tail in _COLUMN or key in ("embedding.word_embeddings.weight", "output_layer.weight", "output_layer.bias"):
+    if tail in _COLUMN or key in _VOCAB:
         return t.chunk(tp)[rank].clone()
     if tail in _ROW:
         return t.chunk(tp, dim=1)[rank].clone()
@@ -37,7 +42,10 @@ def _tp_piece(key: str, t: torch.Tensor, rank: int, tp: int, swiglu: bool) -> to
 
 
 def core_args(spec: dict, tp: int, pp: int) -> argparse.Namespace:
-    if spec.get("arch") == "bert":
+    if spec.get("arch") == "t5":
+        bert = {"tokenizer_type": "BertWordPieceLowerCase", "vocab_file": "bert-vocab.txt", "merge_file": None,
+                "encoder_num_layers": spec["num_layers"], "decoder_num_layers": spec["num_layers"]}
+    elif spec.get("arch") == "bert":
         bert = {"tokenizer_type": "BertWordPieceLowerCase", "vocab_file": "bert-vocab.txt", "merge_file": None,
                 "bert_binary_head": True, "num_tokentypes": spec["tokentypes"]}
     else:

@@ -2,7 +2,9 @@
 
 Runs in its own process (megatron-core wants a process group and its parallel state): builds, for every
 config in SPEC.json, megatron-core's ``GPTModel`` with ``get_gpt_layer_local_spec()`` (or, for a spec with
-``"arch": "bert"``, its ``BertModel`` with ``bert_layer_local_spec``, tied head, tokentypes and binary head)
+``"arch": "bert"``, its ``BertModel`` with ``bert_layer_local_spec``, tied head, tokentypes and binary head;
+for ``"arch": "t5"`` its ``T5Model`` with the local encoder/decoder specs, learned positions, and logits for
+fixed encoder and decoder tokens, no padding)
 and ``TransformerConfig(use_cpu_initialization=True)`` at TP 1 under a one-rank gloo group, and saves its
 ``state_dict()`` (what Megatron-LM writes with ``--ckpt-format torch``) and its logits for fixed tokens (BERT:
 MLM logits and binary logits for fixed tokens, tokentypes and a padding mask whose second row ends in padding).
@@ -47,6 +49,28 @@ def bert_spec(vocab: int, padded_vocab: int, seed: int) -> dict:
             "max_pos": 64, "vocab": vocab, "padded_vocab": padded_vocab, "seed": seed, "tokentypes": 2}
 
 
+def t5_spec(vocab: int, padded_vocab: int, seed: int, tied: bool, final_norm: bool) -> dict:
+    """A tiny megatron-core T5 (learned positions, LayerNorm, gelu, 2 + 2 layers), its head tied or not and
+    its stacks with final norms (as with Transformer Engine) or without (the local spec's block)."""
+    return {"arch": "t5", "num_layers": 2, "hidden_size": 32, "heads": 4, "groups": 4, "ffn": 64,
+            "norm": "LayerNorm", "swiglu": False, "bias": True, "pos": "learned_absolute", "tied": tied,
+            "max_pos": 32, "vocab": vocab, "padded_vocab": padded_vocab, "seed": seed, "final_norm": final_norm}
+
+
+def _build_t5(cfg, spec: dict):
+    from megatron.core.models.T5 import T5Model, t5_spec as spec_lib
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
+    n = spec["num_layers"]
+    if spec["final_norm"]:
+        enc = TransformerBlockSubmodules([spec_lib.encoder_model_with_local_spec()] * n, layer_norm=WrappedTorchNorm)
+        dec = TransformerBlockSubmodules([spec_lib.decoder_model_with_local_spec()] * n, layer_norm=WrappedTorchNorm)
+    else:
+        enc, dec = spec_lib.get_t5_encoder_with_local_block_spec(n), spec_lib.get_t5_decoder_with_local_block_spec(n)
+    return T5Model(cfg, cfg, enc, dec, vocab_size=spec["padded_vocab"], max_sequence_length=spec["max_pos"],
+                   share_embeddings_and_output_weights=spec["tied"], position_embedding_type=spec["pos"]).eval()
+
+
 def build(spec: dict):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -60,6 +84,8 @@ def build(spec: dict):
                             bias_activation_fusion=False, masked_softmax_fusion=False,
                             gradient_accumulation_fusion=False, persist_layer_norm=False, apply_rope_fusion=False,
                             init_method_std=0.2)
+    if spec.get("arch") == "t5":
+        return _build_t5(cfg, spec)
     if spec.get("arch") == "bert":
         from megatron.core.models.bert.bert_layer_specs import bert_layer_local_spec
         from megatron.core.models.bert.bert_model import BertModel
@@ -112,9 +138,9 @@ def main(spec_file: str, out_file: str) -> None:
         with torch.no_grad():
             # random norm weights too, so a norm mapped to the wrong place cannot go unseen
             # (BERT: every bias too, megatron-core zeroes them, and lm_head.layer_norm)
-            bert = spec.get("arch") == "bert"
+            biases = spec.get("arch") in ("bert", "t5")  # T5: its biases (the tied head's too) are zeros as well
             for k, p in model.named_parameters():
-                if ("layernorm" in k or bert and ("layer_norm" in k or k.endswith("bias"))) \
+                if ("layernorm" in k or biases and ("layer_norm" in k or k.endswith("bias"))) \
                         and not spec.get("load_dist"):
                     p.add_(torch.randn_like(p) * 0.1)
         g = torch.Generator().manual_seed(7)
@@ -122,7 +148,13 @@ def main(spec_file: str, out_file: str) -> None:
         s = tokens.size(1)
         extra_out = {}
         with torch.no_grad():
-            if bert:
+            if spec.get("arch") == "t5":
+                dec_tokens = torch.randint(0, spec["vocab"], (2, 7), generator=g)
+                logits = model(tokens, dec_tokens, torch.zeros(2, 1, s, s, dtype=torch.bool),
+                               torch.ones(2, 1, 7, 7, dtype=torch.bool).triu(1),
+                               torch.zeros(2, 1, 7, s, dtype=torch.bool))
+                extra_out = {"dec_tokens": dec_tokens}
+            elif spec.get("arch") == "bert":
                 types = torch.randint(0, spec["tokentypes"], (2, s), generator=g)
                 padding = torch.ones(2, s, dtype=torch.long)
                 padding[1, 6:] = 0

@@ -43,7 +43,9 @@ def full_grads(trainer: Trainer, loss_scale: float, grad_scale: float) -> dict:
                 parts = [torch.empty_like(g) for _ in range(st.ep_size)]
                 dist.all_gather(parts, g.contiguous(), group=st.ep_group)
                 g = torch.cat(parts, dim=0)
-            if name.endswith("word.weight") or is_output_head(name):
+            # padded vocab rows (their count depends on TP) dropped; the head's vocab bias (BERT, T5) too
+            if name.endswith("word.weight") or is_output_head(name) or name == "head.bias" \
+                    or name.endswith(".head.bias"):
                 g = g[:trainer.spec.vocab_size]
             out[name] = g.clone()
     return out

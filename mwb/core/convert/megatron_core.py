@@ -8,7 +8,8 @@ of its ``BertModel``, whose block is ``encoder.layers.N.…`` / ``encoder.final_
 ``embedding.tokentype_embeddings``, the MLM head ``lm_head.dense`` / ``lm_head.layer_norm`` +
 ``output_layer.bias`` (vocab-parallel, like the legacy ``lm_head.bias``), ``pooler.dense`` and
 ``binary_head`` (names printed from megatron-core 0.16's ``BertModel(bert_layer_local_spec)``). This
-module renames those keys to the names :mod:`.megatron_legacy` merges, so both layouts share one merge:
+module renames those keys to the names :mod:`.megatron_legacy` merges, so both layouts share one merge
+(a ``T5Model``'s state dict keeps megatron-core's names and has a merge of its own, :mod:`.megatron_t5`):
 
   * ``self_attention.linear_qkv`` → ``attn.query_key_value``; its rows are ``[ng, np/ng + 2, hn]`` per TP
     shard (each query group's heads, then its key, then its value), the legacy ``[np, 3, hn]`` when ng = np;

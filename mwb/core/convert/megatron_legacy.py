@@ -35,7 +35,7 @@ from typing import Optional
 
 import torch
 
-from . import megatron_core
+from . import megatron_core, megatron_t5
 from .megatron_args import check_args, check_version
 from .hf_io import ConversionError
 
@@ -139,8 +139,8 @@ def _stage_tensors(ck: dict, file: str) -> dict:
         raise ConversionError(f"{file} has no 'model' (virtual-pipeline checkpoints, model0/model1…, are not "
                               f"supported)")
     model = ck["model"]
-    if megatron_core.is_core_state(model):
-        return megatron_core.uniform(model, file)
+    if megatron_core.is_core_state(model):  # T5 keeps megatron-core's names: its own merge reads them
+        return megatron_t5.tensors(model, file) if megatron_t5.is_t5(model) else megatron_core.uniform(model, file)
     lm = model.get("language_model", model)
     out = {}
     for k, v in flatten_tensors(lm.get("embedding", {})).items():
@@ -315,6 +315,10 @@ def assemble(args, version: float, stages: list, d: str, vocab_size: Optional[in
     """:func:`read`'s result from ``stages[p][t]`` (the uniform-named tensors of stage p, TP rank t)."""
     tp, pp = len(stages[0]), len(stages)
     flat = {k: v for row in stages for k, v in row[0].items() if not k.startswith("layers.")}
+    if megatron_t5.is_t5(stages[0][0]):
+        megatron_t5.check_positions(args, d)
+        m, vocab, out = megatron_t5.assemble(args, stages, d, vocab_size, model_config(args, flat, d))
+        return m, vocab, {k: v.float() if v.is_floating_point() else v for k, v in out.items()}, args
     m = model_config(args, flat, d)
     layers = m["num_layers"]
     if layers % pp:

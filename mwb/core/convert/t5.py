@@ -125,6 +125,9 @@ def check_mwb(m: dict) -> None:
             m["num_attention_heads"]:
         raise ConversionError("Hugging Face T5 needs RMSNorm, no biases, no grouped-query attention or experts, "
                               f"and activation {' | '.join(_FFN_BACK)}")
+    if m.get("t5_head_bias") or not m.get("t5_final_norm", True):
+        raise ConversionError("Hugging Face T5 has no head bias and always final norms (model.t5_head_bias, "
+                              "model.t5_final_norm: megatron-core's T5 layout)")
 
 
 def _scale(m: dict) -> bool:

@@ -17,7 +17,10 @@ which trains fine; converted checkpoints bring their own weights anyway.
 Other T5 details kept: pre-norm blocks (RMSNorm and no biases in the t5 presets), a final norm and dropout
 after each stack, and, with tied embeddings, the decoder output scaled by hidden_size^-0.5 before the tied
 vocab projection (``model.t5_scale_decoder_output`` sets that scaling on its own: a T5 v1.1 checkpoint saved
-by recent ``transformers`` ties the head yet does not scale). Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
+by recent ``transformers`` ties the head yet does not scale). Two options exist for megatron-core's T5:
+``model.t5_head_bias`` gives the head a vocab bias (its tied ``lm_head.output_layer.bias``) and
+``model.t5_final_norm: false`` drops the stacks' final norms (its local spec without Transformer Engine has
+none); both default to the T5 layout. Padding masks are key masks (see :mod:`.bert`). Tensor parallelism: the generic pass
 shards projections, embedding, head and loss; :mod:`mwb.core.parallel.tensor_parallel` also shards each
 bias table over heads (this module knows nothing of parallelism).
 
@@ -119,8 +122,8 @@ class T5Stack(nn.Module):
                                      for i in ids})
         self.relative_bias = RelativePositionBias(cfg, bidirectional=not decoder) if relative else None
         self.final = final
-        if final:
-            self.norm = make_norm(cfg)
+        if final:  # megatron-core's local (non-Transformer-Engine) spec builds its blocks without one
+            self.norm = make_norm(cfg) if cfg.t5_final_norm else nn.Identity()
             self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, seq_len: int, padding_mask: Optional[torch.Tensor] = None,
@@ -172,7 +175,8 @@ class T5Model(TiedEmbeddingStage, nn.Module):
         self.decoder = T5Stack(cfg, n_enc, dec_ids, decoder=True, relative=relative,
                                final=post_process) if dec_ids else None
         if post_process:
-            self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=False)
+            # megatron-core's T5 head has a vocab bias (vocab-parallel under TP, as BERT's head bias)
+            self.head = nn.Linear(cfg.hidden_size, self.padded_vocab_size, bias=cfg.t5_head_bias)
             self.loss_fn = CrossEntropy(vocab_size)
         self.tie_weights()
 

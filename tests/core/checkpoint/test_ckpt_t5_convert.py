@@ -109,5 +109,10 @@ def test_refusals(tmp_path):
                                                          normalization="rmsnorm", bias=True)))
     with pytest.raises(ConversionError, match="no biases"):
         t5_family.check_mwb(biased)
+    hf_like = dict(arch="t5", position_embedding="relative", normalization="rmsnorm", bias=False, activation="relu")
+    t5_family.check_mwb(_mwb_model_dict(RunConfig(model=ModelConfig(**hf_like))))  # exportable as it is
+    for opt in ({"t5_head_bias": True}, {"t5_final_norm": False}):
+        with pytest.raises(ConversionError, match="no head bias and always final norms"):
+            t5_family.check_mwb(_mwb_model_dict(RunConfig(model=ModelConfig(**hf_like, **opt))))
     with pytest.raises(ConversionError, match="feed_forward_proj 'gated-relu'"):
         t5_family.model_config({"model_type": "t5", "feed_forward_proj": "gated-relu"})

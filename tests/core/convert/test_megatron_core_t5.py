@@ -1,0 +1,112 @@
+"""megatron-core T5 checkpoints (``--ckpt-format torch`` at TP 1 and 2, and ``torch_dist``) → mwb T5: its logits equal megatron-core's
+own ``T5Model``'s.
+
+The reference is megatron-core 0.16's ``T5Model`` with learned positions, built on CPU by
+tests/helpers/megatron_core_ref.py in one subprocess: tied (Megatron's default: the head is the word embedding
+plus a trainable vocab bias, randomised here so a dropped bias shows) and untied (its own ``output_layer``),
+each with the stacks' final layernorms (Transformer Engine's spec) and without (the local spec's blocks).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+import torch
+
+from mwb.core.compose import load_full_model
+from mwb.core.convert import ConversionError, convert
+from tests.helpers.megatron_core_ckpt import write_core_torch
+from tests.helpers.megatron_core_ref import run_reference, t5_spec
+from tests.helpers.needs import needs
+
+pytestmark = needs("megatron.core")
+
+V = 61
+SPECS = {f"{'tied' if tied else 'untied'}-{'norms' if norms else 'bare'}": t5_spec(V, 64, 11, tied, norms)
+         for tied in (True, False) for norms in (True, False)}
+
+
+def _vocab(d) -> None:
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(V - 5)]
+    with open(os.path.join(d, "bert-vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(words) + "\n")
+
+
+DIST = ("tied-bare", "untied-norms")  # also saved with dist_checkpointing.save (torch_dist)
+
+
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mcore-t5")
+    specs = {n: {**s, "save_dist": str(d / n)} if n in DIST else s for n, s in SPECS.items()}
+    out = run_reference(specs, d)
+    for n in DIST:
+        _vocab(d / n)
+        out[n]["dist"] = str(d / n)
+    return out
+
+
+def _logits(out: str, r: dict):
+    _, model, _ = load_full_model(out)
+    with torch.no_grad():
+        return model(r["tokens"], r["dec_tokens"])[..., :V]
+
+
+def _convert(r: dict, spec: dict, tmp_path, tp: int) -> str:
+    save = tmp_path / "save"
+    write_core_torch(r, spec, str(save), tp=tp)
+    _vocab(save)
+    _, out, family = convert(str(save), str(tmp_path / "mwb"))
+    assert family == "megatron-t5"
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("tp", [1, 2])
+def test_core_torch_t5_logits_match_megatron_core(ref, tmp_path, name, tp):
+    r, spec = ref[name], SPECS[name]
+    out = _convert(r, spec, tmp_path, tp)
+    m = load_full_model(out)[0].model
+    assert (m.arch, m.tie_embeddings, m.t5_final_norm, m.t5_head_bias, m.t5_scale_decoder_output) == \
+        ("t5", spec["tied"], spec["final_norm"], spec["tied"], False)
+    if spec["tied"]:
+        assert r["state"]["lm_head.output_layer.bias"].abs().max() > 0.05  # the bias is really exercised
+    assert (_logits(out, r) - r["logits"][..., :V]).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("name", DIST)
+def test_torch_dist_t5_logits_match_megatron_core(ref, tmp_path, name):
+    """megatron-core's own torch_dist save: stacked layers and the fused-norm names of its sharded state dict."""
+    r = ref[name]
+    _, out, family = convert(r["dist"], str(tmp_path / "mwb"))
+    assert family == "megatron-t5"
+    assert (_logits(out, r) - r["logits"][..., :V]).abs().max().item() < 1e-5
+
+
+def test_core_torch_t5_with_cross_kv_read_as_k_then_v_differs(ref, tmp_path):
+    """The comparison can fail: cross-attention linear_kv rows reordered to [2, np, hn] (all keys, then all
+    values) as a reader assuming that layout would take them, change the logits."""
+    r, spec = ref["tied-norms"], SPECS["tied-norms"]
+    state = dict(r["state"])
+    for k in [k for k in state if "cross_attention.linear_kv." in k]:
+        t = state[k]
+        x = t.view(spec["heads"], 2, -1, *t.shape[1:])
+        state[k] = x.transpose(0, 1).reshape(t.shape)
+    out = _convert({**r, "state": state}, spec, tmp_path, 1)
+    assert (_logits(out, r) - r["logits"][..., :V]).abs().max().item() > 1e-3
+
+
+def test_relative_positions_are_refused_in_one_line(ref, tmp_path, monkeypatch):
+    from tests.helpers import megatron_core_ckpt
+    r, spec = ref["untied-norms"], SPECS["untied-norms"]
+    real = megatron_core_ckpt.core_args
+
+    def relative(spec, tp, pp) -> argparse.Namespace:
+        return argparse.Namespace(**{**vars(real(spec, tp, pp)), "position_embedding_type": "relative"})
+    monkeypatch.setattr(megatron_core_ckpt, "core_args", relative)
+    with pytest.raises(ConversionError) as e:
+        _convert(r, spec, tmp_path, 1)
+    msg = str(e.value)
+    assert "position_embedding_type 'relative'" in msg and "\n" not in msg
+    assert not (tmp_path / "mwb").exists()
