@@ -63,12 +63,17 @@ def is_core_state(model: dict) -> bool:
                                            for k in model)
 
 
+def weights(model: dict):
+    """``(name, tensor)`` of a megatron-core state dict, without what is not a weight: ``*._extra_state``
+    (Transformer Engine / FP8 metadata) and other non-tensor entries. Every megatron-core reader (GPT/BERT here,
+    :mod:`.megatron_t5`, NeMo's :mod:`.nemo`) reads a shard through it."""
+    return ((k, v) for k, v in model.items() if isinstance(v, torch.Tensor) and not k.endswith("_extra_state"))
+
+
 def uniform(model: dict, where: str) -> dict:
     """The megatron-core GPT or BERT state dict ``model`` under the legacy reader's names."""
     out = {}
-    for k, v in model.items():
-        if k.endswith("_extra_state") or not isinstance(v, torch.Tensor):
-            continue
+    for k, v in weights(model):
         m = _LAYER.match(k)
         if m:
             if m.group(2).startswith("mlp.experts") or m.group(2).startswith("mlp.router"):

@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from . import megatron_args, megatron_core, megatron_legacy, megatron_t5
+from . import megatron_args, megatron_legacy
 from .hf_io import ConversionError
 
 MODEL_PREFIXES = ("embedding.", "decoder.", "encoder.", "output_layer.", "lm_head.", "pooler.", "binary_head.")
@@ -120,7 +120,7 @@ def read(path: str, vocab_size: Optional[int] = None) -> tuple:
         raise ConversionError(f"{d}: common.pt has no 'args' (the architecture cannot be known)")
     version = megatron_args.check_version(common.get("checkpoint_version", 3.0), d, megatron_legacy.VERSIONS)
     state = unstack(load_tensors(d), int(layers), d)
-    flat = megatron_t5.tensors(state, d) if megatron_t5.is_t5(state) else megatron_core.uniform(state, d)
+    flat = megatron_legacy.core_tensors(state, d)
     return megatron_legacy.assemble(args, version, [[flat]], d, vocab_size)
 
 

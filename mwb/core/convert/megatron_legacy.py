@@ -132,6 +132,15 @@ def flatten_tensors(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def core_tensors(model: dict, where: str) -> dict:
+    """A flat megatron-core state dict (one shard of the ``torch`` format, or a whole ``torch_dist`` model)
+    ready for :func:`assemble`: GPT and BERT under the legacy names (:func:`.megatron_core.uniform`); T5 keeps
+    megatron-core's names, as its own merge reads them (:func:`.megatron_t5.tensors`)."""
+    if megatron_t5.is_t5(model):
+        return megatron_t5.tensors(model, where)
+    return megatron_core.uniform(model, where)
+
+
 def _stage_tensors(ck: dict, file: str) -> dict:
     """One shard's model tensors under uniform names: ``embedding.*``, ``layers.N.*`` (stage-local N),
     ``final_norm.*``, ``pooler.*``, ``output_layer.*``, ``lm_head.*``, ``binary_head.*``."""
@@ -139,8 +148,8 @@ def _stage_tensors(ck: dict, file: str) -> dict:
         raise ConversionError(f"{file} has no 'model' (virtual-pipeline checkpoints, model0/model1…, are not "
                               f"supported)")
     model = ck["model"]
-    if megatron_core.is_core_state(model):  # T5 keeps megatron-core's names: its own merge reads them
-        return megatron_t5.tensors(model, file) if megatron_t5.is_t5(model) else megatron_core.uniform(model, file)
+    if megatron_core.is_core_state(model):
+        return core_tensors(model, file)
     lm = model.get("language_model", model)
     out = {}
     for k, v in flatten_tensors(lm.get("embedding", {})).items():

@@ -23,6 +23,7 @@ import re
 
 import torch
 
+from . import megatron_core
 from .hf_io import ConversionError
 
 _LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.+)$")
@@ -52,9 +53,7 @@ def is_t5(model: dict) -> bool:
 def tensors(model: dict, where: str) -> dict:
     """The tensors of one shard's T5 state dict (``_extra_state`` dropped), every name checked."""
     out = {}
-    for k, v in model.items():
-        if k.endswith("_extra_state") or not isinstance(v, torch.Tensor):
-            continue
+    for k, v in megatron_core.weights(model):
         m = _LAYER.match(k)
         if m and m.group(3) in _FUSED_NORMS:
             k = f"{m.group(1)}.layers.{m.group(2)}.{_FUSED_NORMS[m.group(3)]}"

@@ -160,9 +160,7 @@ def nemo2_args(cfg: dict, where: str) -> argparse.Namespace:
 def _strip(sd: dict, where: str) -> dict:
     """NeMo's ``model.`` / ``model.module.`` / ``module.`` key prefix off; non-tensors (``_extra_state``) dropped."""
     out = {}
-    for k, v in sd.items():
-        if not isinstance(v, torch.Tensor) or k.endswith("_extra_state"):
-            continue
+    for k, v in megatron_core.weights(sd):
         p = next((p for p in _PREFIXES if k.startswith(p)), None)
         if p is None:
             raise ConversionError(f"{where}: unexpected tensor '{k}' (NeMo keys start with model. or module.)")
