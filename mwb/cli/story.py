@@ -80,9 +80,12 @@ def finetune_story(checkpoint, data, conceptnet, train_stories, dev_stories, top
 @click.option("--temperature", type=click.FloatRange(min=0), default=0.8, show_default=True)
 @click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True)
 @click.option("--seed", type=int, default=1234, show_default=True)
+@click.option("--samples", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Candidate sentences drawn per step; the one that includes most of the step's keywords "
+                   "(given or predicted) is kept. 1: a single draw, as the paper and `mwb eval story` decode.")
 @click.option("--conceptnet", default=None, type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per story.")
-def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conceptnet, as_json):
+def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, samples, conceptnet, as_json):
     from mwb.core.config import ConfigError
     from mwb.tasks.story.keywords import parse_control
     from mwb.tasks.story.writer import SENTENCES, StoryWriter, WriteConfig
@@ -97,7 +100,7 @@ def generate_story(checkpoint, firsts, keywords, temperature, top_k, seed, conce
         raise ConfigError(f"{len(keywords)} --keywords for {len(firsts)} --first sentence(s)")
     control = [parse_control(k) for k in keywords] + [parse_control("") for _ in firsts[len(keywords):]]
     writer = StoryWriter(checkpoint, conceptnet=conceptnet)
-    cfg = WriteConfig(temperature=temperature, top_k=top_k, seed=seed)
+    cfg = WriteConfig(temperature=temperature, top_k=top_k, seed=seed, samples=samples)
     stories = writer.write(firsts, control, cfg)
     for story in stories:
         if as_json:

@@ -62,6 +62,8 @@ class StoryEval(Task):
                                                          "SmolLM2-135M's size)."),
                "conceptnet": Option(str, None, "ConceptNet assertions CSV instead of the run's knowledge base."),
                "seed": Option(int, 1234, "Sampling seed of the generated sentences."),
+               "samples": Option(int, 1, low=1, help="Candidate sentences per step, the one including most of "
+                                                     "its keywords kept (1: one draw, the paper's decoding)."),
                "control": Option(str, "both", "Stories to write: both (without and with the test's keywords), "
                                               "with (only controlled) or without (only uncontrolled).")}
 
@@ -107,7 +109,8 @@ class StoryEval(Task):
     def run(self, runner: StoryWriter, items):
         if not items:
             return []
-        cfg = WriteConfig(seed=self.opts["seed"], batch_size=self.opts["batch_size"] or 32)
+        cfg = WriteConfig(seed=self.opts["seed"], batch_size=self.opts["batch_size"] or 32,
+                          samples=self.opts["samples"])
         firsts = [it["story"].sentences[0] for it in items]
         nll = gold_nll(runner, [it["story"] for it in items])
         out = [{"control": it["control"], "nll": n} for it, n in zip(items, nll)]

@@ -12,6 +12,14 @@ batch), cut at the first line break, at most ``max_tokens`` tokens. A sentence a
 (:mod:`.sentences`: a first token that would end it at once is drawn again among word tokens); each step
 says whether its sentence was ``truncated`` at ``max_tokens`` and, as an error the commands count, whether
 it stayed ``empty``; each story counts its ``empty_sentences``.
+
+Samples (``WriteConfig.samples``, default 1: one draw per sentence, the paper's decoding): with k > 1 each
+story draws k candidate sentences per step from the same prompt (rows ``i * k + j`` of one batched call) and
+keeps the one that newly includes most of that step's keywords (:func:`.control.new_inclusion`: the rule the
+evaluation scores), preferring a candidate with words and one that ended at a stop, then the earliest drawn.
+The rule is the same for given and predicted keywords, so without control it favours the predicted keywords,
+never the user's: sample-and-rerank is how a small generator that includes a keyword in some draws but not
+most is steered without retraining. Each step records its ``samples`` and the ``chosen`` draw.
 """
 from __future__ import annotations
 
@@ -20,16 +28,17 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from mwb.core.errors import DataError
+from mwb.core.errors import ConfigError, DataError
 from mwb.evaluation.generation import SamplingParams, generate
 from mwb.evaluation.loading import load_language_model
 
+from .control import new_inclusion
 from .generator import generator_prompt
 from .keyword_predictor import keyword_prompt
 from .keywords import parse_keywords
 from .knowledge import knowledge_base, knowledge_sentences
 from .ranker import Ranker
-from .sentences import write_sentences
+from .sentences import Sentence, write_sentences
 
 SENTENCES = 5
 
@@ -41,6 +50,21 @@ class WriteConfig:
     top_k: int = 40
     seed: int = 1234
     batch_size: int = 32
+    samples: int = 1  # candidate sentences per step; > 1 keeps the one that includes most of its keywords
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ConfigError(f"samples must be at least 1, got {self.samples}")
+
+
+def pick(candidates: list[Sentence], keywords: list[str], before: str) -> int:
+    """Index of the candidate to keep (see the module docstring): most keywords newly included, then one with
+    words, then one not cut at the length limit, then the earliest drawn."""
+    def key(j: int):
+        c = candidates[j]
+        hits = sum(new_inclusion(k, c.text, before) for k in keywords)
+        return (-hits, c.empty, c.truncated, j)
+    return min(range(len(candidates)), key=key)
 
 
 def read_manifest(run: str) -> dict:
@@ -96,10 +120,15 @@ class StoryWriter:
             predicted = dict(zip(need, self.predict_keywords([contexts[i] for i in need], cfg.batch_size)))
             keywords = [given[i] or predicted[i] for i in range(len(stories))]
             prompts, know = self.prompts(contexts, keywords)
-            for i, (s, g) in enumerate(zip(stories, write_sentences(self.lm, prompts, params, cfg.batch_size))):
+            k = cfg.samples
+            drawn = write_sentences(self.lm, [p for p in prompts for _ in range(k)], params, cfg.batch_size)
+            for i, s in enumerate(stories):
+                cands = drawn[i * k:(i + 1) * k]
+                j = pick(cands, keywords[i], contexts[i]) if k > 1 else 0
+                g = cands[j]
                 s["sentences"].append(g.text)
                 s["steps"].append({"keywords": keywords[i], "controlled": bool(given[i]), "knowledge": know[i],
-                                   "truncated": g.truncated, "empty": g.empty})
+                                   "truncated": g.truncated, "empty": g.empty, "samples": k, "chosen": j})
         for s in stories:
             s["empty_sentences"] = sum(st["empty"] for st in s["steps"])
         return stories
