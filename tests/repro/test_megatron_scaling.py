@@ -80,3 +80,27 @@ def test_commands_print_the_same_counts(smoke, capsys):
         cond = "shoeybi-1.2b" if argv is lines[0] else "table1-1t"
         assert params["total"] / 1e9 == pytest.approx(res["conditions"][cond]["params_b"][0])
         assert params["paper_formula"] / 1e9 == pytest.approx(res["conditions"][cond]["params_b_formula"][0])
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu", "paper"])
+def test_every_scale_has_every_recompute_and_sp_row(name, monkeypatch, tmp_path):
+    """Issue 48: a scale that measured TP 1 only would drop the SP rows and read "shown" by omission. Every
+    shape of every scale has all three recompute modes on one rank and under TP 2 + SP, and on a CUDA scale the
+    TP 2 rows go to gloo ranks on the CPU (one device cannot hold two ranks)."""
+    from mwb.repro.experiments import megatron_measure
+    from mwb.repro.experiments.megatron_scaling import MODES, MegatronScaling, parse_act
+    exp = MegatronScaling()
+    scale = exp.scales[name]
+    acts = [parse_act(c) for c in exp.conditions_for(scale) if c.startswith("act-")]
+    for shape in scale.params["shapes"]:
+        got = {(t, sp, m) for sh, t, sp, m in acts if sh == tuple(shape)}
+        assert got == {(1, False, m) for m in MODES} | {(2, True, m) for m in MODES}
+    seen = []
+    monkeypatch.setattr(megatron_measure, "activation_cell",
+                        lambda shape, t, sp, mode, device, workdir: seen.append((t, device)))
+    for c in exp.conditions_for(scale):
+        if c.startswith("act-"):
+            exp.compute_cell(c, 0, scale, str(tmp_path), {})
+    want_one = scale.params.get("device", "cpu")
+    assert {d for t, d in seen if t == 1} == {want_one} and {d for t, d in seen if t == 2} == {"cpu"}
+    assert "TP 2 + SP" in exp.scope(scale)

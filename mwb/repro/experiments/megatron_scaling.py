@@ -76,15 +76,19 @@ SCALES = {
                  params={"shapes": [(64, 2, 64, 4), (128, 2, 128, 8)], "tps": [1, 2], "device": "cpu",
                          "step": {"layers": 4, "hidden": 256, "heads": 4, "seq": 256, "batch": 4, "vocab": 8192,
                                   "steps": 6, "precision": "fp32"}}),
-    "gpu": Scale("gpu", "every parameter-count row; two GPT-scale layers (h 1024 and 2048) on one CUDA device; "
-                 "an 8-layer h 1024 GPT step in bf16", budget="≤ 2 min on one H200", seeds=1,
-                 params={"shapes": [(1024, 2, 1024, 16), (2048, 1, 2048, 16)], "tps": [1], "device": "cuda",
+    "gpu": Scale("gpu", "every parameter-count row; two GPT-scale layers (h 1024 and 2048) on one CUDA device "
+                 "and under TP 2 + SP (two gloo ranks on CPU) in three recompute modes; an 8-layer h 1024 GPT step "
+                 "in bf16", budget="≤ 5 min on one H200 host", seeds=1,
+                 params={"shapes": [(1024, 2, 1024, 16), (2048, 1, 2048, 16)], "tps": [1, 2], "device": "cuda",
+                         "sharded_device": "cpu",
                          "step": {"layers": 8, "hidden": 1024, "heads": 16, "seq": 1024, "batch": 4,
                                   "vocab": 51200, "steps": 10, "precision": "bf16"}}),
     "paper": Scale("paper", "every parameter-count row and one layer of Korthikanti et al.'s 22B and 175B models "
-                   "(s 2,048, b 1) on one device; --dry-run prints mwb plan's estimate for each Table 1 cluster",
-                   budget="minutes on one 80 GB GPU", seeds=1,
-                   params={"shapes": [(2048, 1, 6144, 48), (2048, 1, 12288, 96)], "tps": [1], "step": None}),
+                   "(s 2,048, b 1) on one device and under TP 2 + SP (two gloo ranks on CPU, ≈ 40 GB of host "
+                   "memory for the 175B layer); --dry-run prints mwb plan's estimate for each Table 1 cluster",
+                   budget="minutes on one 80 GB GPU and its host", seeds=1,
+                   params={"shapes": [(2048, 1, 6144, 48), (2048, 1, 12288, 96)], "tps": [1, 2],
+                           "sharded_device": "cpu", "step": None}),
 }
 
 
@@ -165,8 +169,11 @@ class MegatronScaling(ComputedExperiment):
         elif condition in SHOEYBI_ROWS:
             res = _shoeybi(*SHOEYBI_ROWS[condition][1:])
         elif condition.startswith("act-"):
+            shape, t, sp, mode = parse_act(condition)
             device = options.get("device", scale.params.get("device", "cpu"))
-            res = measure.activation_cell(*parse_act(condition), device=device, workdir=cell_dir)
+            if t > 1:  # one device cannot hold t ranks: shards are measured on gloo ranks (see the scope)
+                device = scale.params.get("sharded_device", device)
+            res = measure.activation_cell(shape, t, sp, mode, device=device, workdir=cell_dir)
         else:
             res = measure.step_cell(condition.split("-")[1], scale.params["step"],
                                     scale.params.get("device", "cpu"))
@@ -182,6 +189,10 @@ class MegatronScaling(ComputedExperiment):
         where = "on CPU" if p.get("device", "cuda") == "cpu" else "on one CUDA device"
         tp = (" and under TP 2 + SP on two gloo ranks (each rank keeps its shard; both are checked equal)"
               if 2 in p["tps"] else " (tensor and sequence parallelism are not measured at this scale)")
+        if 2 in p["tps"] and p.get("sharded_device", p.get("device")) != p.get("device"):
+            tp += (f", those ranks on {p['sharded_device']}: one device cannot hold two ranks, and a saved "
+                   "tensor's bytes do not depend on the device (the kernels can: the none rows of the two "
+                   "devices differ in what unfused attention keeps, which is why none is not counted)")
         parts.append(f"Activation memory is measured {where} with saved-tensor hooks on one real mwb layer with "
                      "dropout 0.1 (the paper's setting: masks exist, scores are stored) at "
                      f"{', '.join('s·b·h·a = ' + '·'.join(map(str, sh)) for sh in p['shapes'])}, on one rank{tp}. "
