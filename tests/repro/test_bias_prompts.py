@@ -97,7 +97,7 @@ def test_per_seed_values_are_those_of_the_predictions(smoke):
 def test_comparisons_are_the_paired_tests_of_the_predictions(smoke):
     out, res = smoke[0], smoke[1]
     rows = res["comparisons"]
-    assert [(r["a"], r["b"], r["metric"]) for r in rows if r["headline"]] == [("k0", "k8-cal", "accuracy")]
+    assert [(r["a"], r["b"], r["metric"]) for r in rows if r["headline"]] == [("k0", "k8-cal", "macro_f1")]
     for row in rows:
         a, b = res["conditions"][row["a"]][row["metric"]], res["conditions"][row["b"]][row["metric"]]
         assert row["mean_a"] == pytest.approx(np.mean(a)) and row["mean_b"] == pytest.approx(np.mean(b))

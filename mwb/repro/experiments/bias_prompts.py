@@ -18,7 +18,12 @@ the same files).
 Seeds drive the choice of the examples (``--selection balanced``: k/2 of each label, seeded; the paper picks
 class-balanced exemplars). Metrics per query: ``accuracy`` (0/1) and ``macro_f1`` (the item's confusion cell, so
 the paired bootstrap and permutation test recompute macro-F1 per resample); ``positive_rate`` shows how often the
-model says "yes". Headline: ``k8-cal`` against ``k0`` on accuracy (paired per query over seeds, McNemar).
+model says "yes". Headline: ``k8-cal`` against ``k0`` on macro-F1 (paired per query over seeds, a permutation
+test recomputing macro-F1). Why macro-F1 and not accuracy: the test queries are balanced (90 of 178 offensive),
+so a model that answers "no" to every post scores the base rate on accuracy (0.494) and a constant classifier's
+macro-F1 (about 0.33) on this one; accuracy, the old headline, sat at the base rate by construction whenever
+SmolLM2 said "no" throughout, and its difference measured how the answers' rate moved, not detection.
+Accuracy is declared beside it.
 """
 from __future__ import annotations
 
@@ -138,8 +143,8 @@ class BiasPrompts(Experiment):
     seed_independent = ("k0", f"k0{CAL}")
     metrics = METRICS
     comparisons = (
-        Comparison("k0", f"k8{CAL}", "accuracy", "greater", headline=True),
-        Comparison("k0", f"k8{CAL}", "macro_f1", "greater"),
+        Comparison("k0", f"k8{CAL}", "macro_f1", "greater", headline=True),
+        Comparison("k0", f"k8{CAL}", "accuracy", "greater"),
         Comparison("k0", "k8", "accuracy", "greater"),  # shots alone, plain
         Comparison("k0", "k8", "macro_f1", "greater"),
         Comparison("k8", f"k8{CAL}", "accuracy", "greater"),  # calibration alone, at 8 shots
