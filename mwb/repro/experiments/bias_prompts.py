@@ -135,8 +135,9 @@ class BiasPrompts(Experiment):
     papers = (PRABHUMOYE,)
     claim = ("Few-shot instruction prompts detect offensive posts better with labelled examples and content-free "
              "calibration than without: 8 calibrated shots reach a higher macro-F1 (both classes' F1, so a "
-             "constant answer cannot score well) than the zero-shot prompt (Prabhumoye et al.'s method: an instruction, class-balanced exemplars and the query; their "
-             "abstract reports that large LMs so prompted detect fine-grained biases about as accurately as "
+             "constant answer cannot score well) than the zero-shot prompt (Prabhumoye et al.'s method: an "
+             "instruction, class-balanced exemplars and the query; their abstract reports that large LMs so "
+             "prompted detect fine-grained biases about as accurately as "
              "fine-tuned models, the 530B model best).")
     conditions = CONDITIONS
     # zero shots has no examples to choose: one run serves every seed, and it enters the test as one run
