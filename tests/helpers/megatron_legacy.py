@@ -16,16 +16,23 @@ import torch
 
 def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, version: float) -> torch.Tensor:
     """q/k/v ``[heads·hn, …]`` of one TP shard → the fused tensor in ``version``'s row order."""
-    hn = q.shape[0] // heads
-    rest = q.shape[1:]
-    s = torch.stack([t.reshape(heads, hn, *rest) for t in (q, k, v)])  # [3, np, hn, ...]
+    return fuse_rows((q, k, v), heads, version)
+
+
+def fuse_rows(parts: tuple, heads: int, version: float) -> torch.Tensor:
+    """``parts`` (q/k/v, or T5's cross-attention k/v) ``[heads·hn, …]`` of one TP shard → the fused tensor in
+    ``version``'s row order (Megatron-LM's ``_transpose_first_dim`` undoes it): 0 ``[n, np, hn]``, 1.0
+    ``[np, hn, n]``, ≥ 2 ``[np, n, hn]``."""
+    hn = parts[0].shape[0] // heads
+    rest = parts[0].shape[1:]
+    s = torch.stack([t.reshape(heads, hn, *rest) for t in parts])  # [n, np, hn, ...]
     if version == 0:
         x = s
     elif version == 1.0:
-        x = s.permute(1, 2, 0, *range(3, s.dim()))  # [np, hn, 3, ...]
+        x = s.permute(1, 2, 0, *range(3, s.dim()))  # [np, hn, n, ...]
     else:
-        x = s.transpose(0, 1)  # [np, 3, hn, ...]
-    return x.reshape(3 * heads * hn, *rest).contiguous()
+        x = s.transpose(0, 1)  # [np, n, hn, ...]
+    return x.reshape(len(parts) * heads * hn, *rest).contiguous()
 
 
 def pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Megatron-LM legacy checkpoints (``mp_rank_TT[_PPP]/model_optim_rng.pt``) → mwb GPT or BERT, on CPU.
+"""Megatron-LM legacy checkpoints (``mp_rank_TT[_PPP]/model_optim_rng.pt``) → mwb GPT, BERT or T5 (:mod:`.megatron_legacy_t5`), on CPU.
 
 The layout is that of Megatron-LM's ``megatron/training/checkpointing.py`` before megatron-core: a save
 directory names its newest checkpoint in ``latest_checkpointed_iteration.txt`` (an iteration, or
@@ -35,7 +35,7 @@ from typing import Optional
 
 import torch
 
-from . import megatron_core, megatron_t5
+from . import megatron_core, megatron_legacy_t5, megatron_t5
 from .megatron_args import check_args, check_version
 from .hf_io import ConversionError
 
@@ -150,6 +150,8 @@ def _stage_tensors(ck: dict, file: str) -> dict:
     model = ck["model"]
     if megatron_core.is_core_state(model):
         return core_tensors(model, file)
+    if megatron_legacy_t5.is_t5(model):  # renamed to megatron-core's T5 names, merged by megatron_t5
+        return megatron_legacy_t5.core_tensors(ck, file)
     lm = model.get("language_model", model)
     out = {}
     for k, v in flatten_tensors(lm.get("embedding", {})).items():
@@ -170,9 +172,10 @@ def _stage_tensors(ck: dict, file: str) -> dict:
     return out
 
 
-def _split_qkv(t: torch.Tensor, version: float, heads: int, where: str, groups: int = 0) -> tuple:
+def _split_qkv(t: torch.Tensor, version: float, heads: int, where: str, groups: int = 0, parts: int = 3) -> tuple:
     """A TP shard's fused QKV (weight ``[(np + 2·ng)·hn, h]`` or bias) → (q ``[np·hn, …]``, k, v ``[ng·hn, …]``);
-    ``groups`` (ng) < ``heads`` (np) is grouped-query attention, whose rows are ``[ng, np/ng + 2, hn]``."""
+    ``groups`` (ng) < ``heads`` (np) is grouped-query attention, whose rows are ``[ng, np/ng + 2, hn]``.
+    ``parts`` 2: T5's cross-attention ``key_value`` (→ k, v), whose rows follow the same versions."""
     rest = t.shape[1:]
     groups = groups or heads
     if groups != heads:
@@ -183,16 +186,16 @@ def _split_qkv(t: torch.Tensor, version: float, heads: int, where: str, groups: 
         x = t.view(groups, per + 2, hn, *rest)
         return (x[:, :per].reshape(heads * hn, *rest), x[:, per].reshape(groups * hn, *rest),
                 x[:, per + 1].reshape(groups * hn, *rest))
-    hn = t.shape[0] // (3 * heads)
+    hn = t.shape[0] // (parts * heads)
     if version == 0.0:
-        x = t.view(3, heads, hn, *rest).transpose(0, 1)
+        x = t.view(parts, heads, hn, *rest).transpose(0, 1)
     elif version == 1.0:
-        x = t.view(heads, hn, 3, *rest).transpose(1, 2)
+        x = t.view(heads, hn, parts, *rest).transpose(1, 2)
     elif version >= 2.0:
-        x = t.view(heads, 3, hn, *rest)
+        x = t.view(heads, parts, hn, *rest)
     else:
         raise ConversionError(f"{where}: checkpoint_version {version} is not one mwb knows (0, 1.0, ≥ 2.0)")
-    return tuple(x[:, j].reshape(heads * hn, *rest) for j in range(3))
+    return tuple(x[:, j].reshape(heads * hn, *rest) for j in range(parts))
 
 
 _COLUMN = ("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias")

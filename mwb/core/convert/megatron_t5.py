@@ -15,7 +15,11 @@ Transformer Engine's spec (the local spec's blocks have none: ``t5_final_norm: f
 megatron-core does not rescale the decoder output before the head, so ``t5_scale_decoder_output`` is False.
 
 Relative positions need megatron-core's Transformer Engine attention (no CPU reference to check a mapping
-against) and T5 pipeline stages split encoder and decoder in a way of their own: both are refused.
+against) and T5 pipeline stages split encoder and decoder in a way of their own: both are refused. (Megatron-LM
+removed T5 pipeline parallelism in b600e38d7b, "M4 Taskforce: Remove Encoder PP related Functions", 2025-07:
+``pretrain_t5.py`` raises "Pipeline parallelism is not supported for T5"; the older runs placed encoder layers on
+the first ``encoder_pipeline_model_parallel_size`` / ``pipeline_model_parallel_split_rank`` stages and decoder
+layers on the rest, a layout with no megatron-core reference left to test a reader against.)
 """
 from __future__ import annotations
 
@@ -99,7 +103,8 @@ def assemble(args, stages: list, d: str, vocab_size, base: dict) -> tuple:
     """(mwb model config, vocab, {mwb name: tensor}) of ``stages[p][t]`` (:func:`tensors` of each shard);
     ``base`` is the GPT-style config the legacy reader derives from ``args`` (sizes, norm, activation)."""
     if len(stages) != 1:
-        raise ConversionError(f"{d}: megatron-core T5 checkpoints with pipeline parallelism are not supported")
+        raise ConversionError(f"{d}: megatron-core T5 checkpoints with pipeline parallelism are not supported "
+                              f"(Megatron-LM's pretrain_t5.py refuses T5 pipeline stages since 2025)")
     check_positions(args, d)
     row = stages[0]
     sd = row[0]

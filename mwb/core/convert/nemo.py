@@ -35,7 +35,7 @@ import torch
 
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
-from . import megatron_args, megatron_core, megatron_dist, megatron_legacy
+from . import megatron_args, megatron_core, megatron_dist, megatron_legacy, nemo_t5
 from .hf_io import ConversionError
 from .megatron_io import _stage_tokenizer
 
@@ -283,6 +283,8 @@ def _read(src: str, root: str, tmp: str) -> tuple:
     """(model config, vocab size, tensors, tokenizer files) of the unpacked checkpoint ``root``."""
     if os.path.isfile(os.path.join(root, CONFIG)):
         cfg = _yaml(os.path.join(root, CONFIG))
+        if nemo_t5.is_t5(cfg):  # MegatronT5Model: its own names and config sections (nemo_t5)
+            return nemo_t5.read(src, root, tmp, cfg)
         args, prefix = nemo1_args(cfg, src), "model."
         version = 3.0 if cfg.get("mcore_gpt") else 2.0  # NeMo's legacy GPT fuses QKV as [np, 3, hn]
         dist_dir = os.path.join(root, "model_weights")

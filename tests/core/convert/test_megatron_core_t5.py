@@ -110,3 +110,15 @@ def test_relative_positions_are_refused_in_one_line(ref, tmp_path, monkeypatch):
     msg = str(e.value)
     assert "position_embedding_type 'relative'" in msg and "\n" not in msg
     assert not (tmp_path / "mwb").exists()
+
+
+def test_pipeline_stages_are_refused_in_one_line(ref, tmp_path):
+    """Megatron-LM no longer writes T5 pipeline stages; a PP 2 checkpoint is refused, nothing written."""
+    r, spec = ref["untied-norms"], SPECS["untied-norms"]
+    save = tmp_path / "save"
+    write_core_torch(r, spec, str(save), tp=1, pp=2)
+    _vocab(save)
+    with pytest.raises(ConversionError) as e:
+        convert(str(save), str(tmp_path / "mwb"))
+    assert "pipeline parallelism are not supported" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "mwb").exists()
