@@ -20,7 +20,7 @@ SRC a LoRA run (--lora): with --merge, DST is a Hugging Face model with the adap
     with --peft, DST is a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) for
     PeftModel.from_pretrained on the base's own export (`mwb convert BASE OUT`).
 
---to megatron: SRC an mwb GPT checkpoint; DST becomes a megatron-core torch_dist save directory (release/,
+--to megatron: SRC an mwb GPT, BERT or T5 checkpoint; DST becomes a megatron-core torch_dist save directory (release/,
     args in common.pt) that Megatron-LM loads with --load DST --use-checkpoint-args.
 
 Families: GPT-2 (GPT2LMHeadModel), Llama/Mistral (LlamaForCausalLM), BERT (BertModel, BertForMaskedLM,
@@ -36,7 +36,8 @@ positions). Tokenizer files are copied when present.
 @click.option("--merge", is_flag=True, default=False, help="A LoRA run as a full Hugging Face model.")
 @click.option("--peft", is_flag=True, default=False, help="A LoRA run as a PEFT adapter directory.")
 @click.option("--to", "to", type=click.Choice(["megatron"]), default=None,
-              help="megatron: write an mwb GPT as a megatron-core torch_dist checkpoint (Megatron-LM: --load DST "
+              help="megatron: write an mwb GPT/BERT/T5 as a megatron-core torch_dist checkpoint "
+                   "(Megatron-LM: --load DST "
                    "--use-checkpoint-args).")
 def convert(src, dst, force, merge, peft, to):
     from mwb.core.compose import export_lora

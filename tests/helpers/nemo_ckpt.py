@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from mwb.core.convert.megatron_legacy import flatten_tensors
-from tests.helpers.megatron_legacy import write_gpt2
+from tests.helpers.megatron_legacy import write_bert, write_gpt2
 
 V = 101
 
@@ -110,3 +110,29 @@ def nemo2_dir(ref: dict, spec: dict, root) -> str:
     (root / "context" / "model.yaml").write_text(yaml.safe_dump(
         {"_target_": "nemo.collections.llm.gpt.model.llama.LlamaModel", "config": config}))
     return str(root)
+
+
+def bert_nemo(bert, tmp_path, tp: int = 1, prefix: str = "model.", new_names: bool = True, drop: str = "") -> str:
+    """A NeMo 1 BERT .nemo (BioMegatron layout) of ``bert`` (a ``MegatronBertForPreTraining``): legacy Megatron-LM
+    BERT keys under ``prefix`` (``model.``, or the older ``bert_model.`` with ``transformer``/``attention``
+    names when ``new_names`` is False), ``mp_rank_0X/`` shards at TP > 1 and the WordPiece vocab.txt packed as
+    NeMo packs a tokenizer file (``nemo:<hash>_vocab.txt``)."""
+    d = write_bert(bert, str(tmp_path / "mlm"), tp=tp, version=2.0, new_names=new_names)
+    shards = {}
+    for t in range(tp):
+        model = torch.load(os.path.join(d, f"mp_rank_{t:02d}", "model_optim_rng.pt"), weights_only=False)["model"]
+        shards["model_weights.ckpt" if tp == 1 else f"mp_rank_{t:02d}/model_weights.ckpt"] = \
+            flatten_tensors(model, prefix)
+    c = bert.config
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(c.vocab_size - 5)]
+    cfg = {"num_layers": c.num_hidden_layers, "hidden_size": c.hidden_size, "ffn_hidden_size": c.intermediate_size,
+           "num_attention_heads": c.num_attention_heads, "max_position_embeddings": c.max_position_embeddings,
+           "encoder_seq_length": c.max_position_embeddings, "num_tokentypes": 2, "bert_binary_head": True,
+           "layernorm_epsilon": c.layer_norm_eps, "bias_activation_fusion": False, "activation": "gelu",
+           "make_vocab_size_divisible_by": 8, "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": 1,
+           "precision": 16, "megatron_legacy": not new_names,
+           "tokenizer": {"library": "megatron", "type": "BertWordPieceLowerCase", "model": None,
+                         "vocab_file": "nemo:9f3c_vocab.txt", "merge_file": None}}
+    if drop == "weights":
+        shards = {}
+    return nemo_tar(str(tmp_path / "bert.nemo"), cfg, shards, {"9f3c_vocab.txt": ("\n".join(words) + "\n").encode()})

@@ -81,17 +81,19 @@ def load_tensors(d: str, prefix: str = "") -> dict:
     return {k[len(prefix):]: v for k, v in want.items()}
 
 
-def unstack(tensors: dict, layers: int, where: str) -> dict:
+def unstack(tensors: dict, layers, where: str) -> dict:
     """Stacked ``decoder.layers.X`` (``encoder.layers.X``) ``[L, …]`` → ``decoder.layers.N.X``; per-layer keys
-    pass through."""
+    pass through. ``layers``: one count for every stack, or ``{"encoder": n, "decoder": m}`` (a T5 whose two
+    stacks differ in depth)."""
     out = {}
     for k, v in tensors.items():
         m = re.match(r"^(decoder|encoder)\.layers\.(?!\d+\.)", k)
         if m:
-            if v.dim() == 0 or v.shape[0] != layers:
+            n = layers[m.group(1)] if isinstance(layers, dict) else layers
+            if v.dim() == 0 or v.shape[0] != n:
                 raise ConversionError(f"{where}: {k} stacks {v.shape[0] if v.dim() else 0} layers, args say "
-                                      f"{layers}")
-            for i in range(layers):
+                                      f"{n}")
+            for i in range(n):
                 out[f"{m.group(1)}.layers.{i}.{k[m.end():]}"] = v[i].clone()
         else:
             out[k] = v
@@ -119,7 +121,12 @@ def read(path: str, vocab_size: Optional[int] = None) -> tuple:
     if layers is None:
         raise ConversionError(f"{d}: common.pt has no 'args' (the architecture cannot be known)")
     version = megatron_args.check_version(common.get("checkpoint_version", 3.0), d, megatron_legacy.VERSIONS)
-    state = unstack(load_tensors(d), int(layers), d)
+    counts = {"encoder": int(layers), "decoder": int(layers)}
+    for stack in counts:  # a T5's stacks: megatron-core's args give each its own depth
+        n = getattr(args, f"{stack}_num_layers", None)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            counts[stack] = n
+    state = unstack(load_tensors(d), counts, d)
     flat = megatron_legacy.core_tensors(state, d)
     return megatron_legacy.assemble(args, version, [[flat]], d, vocab_size)
 

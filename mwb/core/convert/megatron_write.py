@@ -1,4 +1,5 @@
-"""mwb GPT → a megatron-core ``torch_dist`` checkpoint that Megatron-LM loads with ``--load OUT --use-checkpoint-args``.
+"""mwb GPT, BERT or T5 → a megatron-core ``torch_dist`` checkpoint that Megatron-LM loads with ``--load OUT
+--use-checkpoint-args`` (BERT and T5 tensors and args: :mod:`.megatron_write_bert_t5`).
 
 ``OUT`` is a save directory: ``latest_checkpointed_iteration.txt`` saying ``release`` and ``release/`` with
 ``metadata.json`` (``torch_dist`` backend), ``common.pt`` (``args``, ``checkpoint_version`` 3.0, ``iteration``
@@ -18,6 +19,7 @@ must be given a ``--make-vocab-size-divisible-by`` that yields the same padded s
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 
@@ -38,8 +40,11 @@ _LAYER = {"ln1.weight": "self_attention.linear_qkv.layer_norm_weight",
 
 
 def check(m) -> None:
+    if m.arch in ("bert", "t5"):
+        from .megatron_write_bert_t5 import check_encoder
+        return check_encoder(m)
     if m.arch != "gpt":
-        raise ConversionError(f"--to megatron writes GPT models only (this one is '{m.arch}')")
+        raise ConversionError(f"--to megatron writes GPT, BERT and T5 models only (this one is '{m.arch}')")
     if m.num_experts:
         raise ConversionError("--to megatron does not write mixture-of-experts models")
     if m.activation not in ("gelu", "gelu_tanh", "swiglu"):
@@ -48,14 +53,54 @@ def check(m) -> None:
         raise ConversionError(f"positions '{m.position_embedding}' have no megatron-core GPT equivalent")
 
 
-def core_tensors(m, vocab: int, tensors: dict) -> tuple[dict, int]:
-    """({megatron-core sharded key: global tensor}, padded vocabulary) of the mwb GPT ``tensors``."""
-    heads, groups, hn = m.num_attention_heads, m.query_groups, m.head_dim
-    per = heads // groups
+def padder(m, vocab: int):
+    """(padded vocabulary, a function padding a vocab-row tensor with zero rows to it)."""
     padded = padded_vocab_size(vocab, m.make_vocab_size_divisible_by, 1)
 
     def pad(t):
         return torch.cat([t, t.new_zeros(padded - t.shape[0], *t.shape[1:])]) if padded > t.shape[0] else t
+    return padded, pad
+
+
+def fuse_rows(parts: list, groups: int, hn: int) -> torch.Tensor:
+    """q/k/v-like tensors (``[n·hn, …]`` each, n a multiple of ``groups``) → megatron-core's group-major fused
+    rows ``[groups, Σ n/groups, hn]``: linear_qkv (q, k, v) and T5's cross-attention linear_kv (k, v)."""
+    rest = parts[0].shape[1:]
+    return torch.cat([t.reshape(groups, -1, hn, *rest) for t in parts], dim=1).reshape(-1, *rest)
+
+
+def stack_layers(m, tensors: dict, src: str, dst: str, n: int, names: dict = _LAYER) -> dict:
+    """{``{dst}.layers.X``: ``[n, …]``} of the mwb layers ``{src}layers.{i}.*`` (i < n): ``names`` maps the
+    one-to-one tensors, the fused QKV and ``linear_fc1`` are built here (T5's cross-attention is in ``names``
+    for its q/o and added by its caller's own fused ``linear_kv``)."""
+    groups, hn = m.query_groups, m.head_dim
+    stacks: dict = {}
+    for i in range(n):
+        p = f"{src}layers.{i}."
+        for a, b in names.items():
+            if p + a in tensors:
+                stacks.setdefault(b, []).append(tensors[p + a])
+        for s in ("weight", "bias"):
+            if p + f"attn.q_proj.{s}" not in tensors:
+                continue
+            qkv = [tensors[p + f"attn.{x}_proj.{s}"] for x in "qkv"]
+            stacks.setdefault(f"self_attention.linear_qkv.{s}", []).append(fuse_rows(qkv, groups, hn))
+            if p + f"cross_attn.k_proj.{s}" in tensors:
+                kv = [tensors[p + f"cross_attn.{x}_proj.{s}"] for x in "kv"]
+                stacks.setdefault(f"cross_attention.linear_kv.{s}", []).append(fuse_rows(kv, groups, hn))
+            fc1 = [tensors[p + f"mlp.up_proj.{s}"]]
+            if m.activation == "swiglu":
+                fc1 = [tensors[p + f"mlp.gate_proj.{s}"]] + fc1
+            stacks.setdefault(f"mlp.linear_fc1.{s}", []).append(torch.cat(fc1))
+    return {f"{dst}.layers.{k}": torch.stack(ts).contiguous() for k, ts in stacks.items()}
+
+
+def core_tensors(m, vocab: int, tensors: dict) -> tuple[dict, int]:
+    """({megatron-core sharded key: global tensor}, padded vocabulary) of the mwb ``tensors``."""
+    if m.arch in ("bert", "t5"):
+        from .megatron_write_bert_t5 import encoder_tensors
+        return encoder_tensors(m, vocab, tensors)
+    padded, pad = padder(m, vocab)
     out = {"embedding.word_embeddings.weight": pad(tensors["embed.word.weight"]),
            "decoder.final_layernorm.weight": tensors["final_norm.weight"]}
     if "final_norm.bias" in tensors:
@@ -64,41 +109,29 @@ def core_tensors(m, vocab: int, tensors: dict) -> tuple[dict, int]:
         out["embedding.position_embeddings.weight"] = tensors["embed.position.weight"]
     if not m.tie_embeddings:
         out["output_layer.weight"] = pad(tensors["head.weight"])
-    stacks: dict = {}
-    for i in range(m.num_layers):
-        p = f"layers.{i}."
-        for a, b in _LAYER.items():
-            if p + a in tensors:
-                stacks.setdefault(b, []).append(tensors[p + a])
-        for s in ("weight", "bias"):
-            if p + f"attn.q_proj.{s}" not in tensors:
-                continue
-            q, k, v = (tensors[p + f"attn.{n}_proj.{s}"] for n in "qkv")
-            rest = q.shape[1:]
-            fused = torch.cat([q.reshape(groups, per, hn, *rest), k.reshape(groups, 1, hn, *rest),
-                               v.reshape(groups, 1, hn, *rest)], dim=1).reshape(-1, *rest)
-            stacks.setdefault(f"self_attention.linear_qkv.{s}", []).append(fused)
-            fc1 = [tensors[p + f"mlp.up_proj.{s}"]]
-            if m.activation == "swiglu":
-                fc1 = [tensors[p + f"mlp.gate_proj.{s}"]] + fc1
-            stacks.setdefault(f"mlp.linear_fc1.{s}", []).append(torch.cat(fc1))
-    for k, ts in stacks.items():
-        out[f"decoder.layers.{k}"] = torch.stack(ts).contiguous()
+    out.update(stack_layers(m, tensors, "", "decoder", m.num_layers))
     return out, padded
 
 
 EXTRA_STATE_MODULES = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
 
 
-def extra_states(layers: int) -> dict:
+def extra_states(layers: int, block: str = "decoder", modules: tuple = EXTRA_STATE_MODULES) -> dict:
     """The per-layer ``_extra_state`` objects megatron-core's loader asks for (Transformer Engine / FP8
     metadata; ``None`` for a model without FP8), under its ``ShardedObject`` keys ``…/shard_{i}_{L}``."""
     out = {}
-    for mod in EXTRA_STATE_MODULES:
+    for mod in modules:
         for i in range(layers):
             # DCP torch.saves a non-tensor value as a byte item; megatron-core's is the list of a key's objects
-            out[f"decoder.layers.{mod}._extra_state/shard_{i}_{layers}"] = [None]
+            out[f"{block}.layers.{mod}._extra_state/shard_{i}_{layers}"] = [None]
     return out
+
+
+def model_extra_states(m) -> dict:
+    if m.arch in ("bert", "t5"):
+        from .megatron_write_bert_t5 import encoder_extra_states
+        return encoder_extra_states(m)
+    return extra_states(m.num_layers)
 
 
 def args_for(m, vocab: int, padded: int) -> argparse.Namespace:
@@ -136,14 +169,24 @@ def mwb_to_megatron(src: str, dst: str, overwrite: bool = False) -> tuple[str, s
     rel = os.path.join(tmp, "release")
     os.makedirs(rel)
     # flat keys already; no planner_data mapping (megatron-core's loader would then miss the byte objects)
-    dcp.save({**state, **extra_states(m.num_layers)}, storage_writer=dcp.FileSystemWriter(rel), no_dist=True,
+    dcp.save({**state, **model_extra_states(m)}, storage_writer=dcp.FileSystemWriter(rel), no_dist=True,
              planner=dcp.DefaultSavePlanner(flatten_state_dict=False))
     args = args_for(m, vocab, padded)
+    if m.arch in ("bert", "t5"):
+        from .megatron_write_bert_t5 import encoder_args
+        encoder_args(m, args)
     if tok:  # where the vocabulary travels (Megatron-LM takes --vocab-file/--merge-file or --tokenizer-model)
         names = os.listdir(tok) if os.path.isdir(tok) else [os.path.basename(tok)]
         if "vocab.json" in names and "merges.txt" in names:
             args.tokenizer_type, args.vocab_file, args.merge_file = ("GPT2BPETokenizer", "tokenizer/vocab.json",
                                                                      "tokenizer/merges.txt")
+        elif "vocab.txt" in names:  # WordPiece (BERT/T5): Megatron's BertWordPiece tokenizers, casing as mwb's
+            lower = True
+            if "tokenizer_config.json" in names:
+                with open(os.path.join(tok, "tokenizer_config.json"), encoding="utf-8") as f:
+                    lower = bool(json.load(f).get("do_lower_case", True))
+            args.tokenizer_type = "BertWordPieceLowerCase" if lower else "BertWordPieceCase"
+            args.vocab_file = "tokenizer/vocab.txt"
         else:
             args.tokenizer_type, args.tokenizer_model = "HuggingFaceTokenizer", "tokenizer"
     with open(os.path.join(rel, "common.pt.tmp"), "wb") as f:

@@ -41,7 +41,13 @@ from .megatron_io import _stage_tokenizer
 
 CONFIG = "model_config.yaml"
 WEIGHTS = "model_weights.ckpt"
-_PREFIXES = ("model.module.", "model.", "module.")
+# NeMo's key prefixes: ``model.`` (``model.module.`` under megatron_amp_O2), NeMo 2's ``module.``, and the BERT ones of
+# the BioMegatron era, ``bert_model.`` (NeMo 1.0's MegatronBertEncoder: ``bert_model.language_model.transformer.…``,
+# legacy ``attention`` names) and ``bert_model.model.``, which NeMo's own loader renames them to (found in
+# NVIDIA/NeMo nemo/collections/nlp/parts/nlp_overrides.py, NLPSaveRestoreConnector.modify_state_dict with
+# ``megatron_legacy``: 'bert_model.language_model' → 'bert_model.model.language_model', 'transformer' → 'encoder',
+# '.attention.' → '.self_attention.'); the legacy reader maps both name sets.
+_PREFIXES = ("model.module.", "model.", "module.", "bert_model.model.", "bert_model.")
 
 
 def is_nemo(path: str) -> bool:
@@ -163,7 +169,8 @@ def _strip(sd: dict, where: str) -> dict:
     for k, v in megatron_core.weights(sd):
         p = next((p for p in _PREFIXES if k.startswith(p)), None)
         if p is None:
-            raise ConversionError(f"{where}: unexpected tensor '{k}' (NeMo keys start with model. or module.)")
+            raise ConversionError(f"{where}: unexpected tensor '{k}' (NeMo keys start with model., module. or "
+                                  f"bert_model.)")
         out[k[len(p):]] = v
     return out
 

@@ -16,7 +16,7 @@ import torch
 
 from mwb.core.compose import load_full_model
 from mwb.core.convert import convert
-from tests.helpers.megatron_core_ckpt import write_core_torch
+from tests.helpers.megatron_core_ckpt import megatron_round_trip, write_core_torch
 from tests.helpers.megatron_core_ref import bert_spec, run_reference
 from tests.helpers.needs import needs
 
@@ -51,7 +51,7 @@ def _check(out: str, ref: dict) -> None:
     assert (binary - ref["binary_logits"]).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (4, 1), (2, 2)])
 def test_core_torch_bert_logits_match_megatron_core(ref, tmp_path, tp, pp):
     _, r = ref
     save = tmp_path / "save"
@@ -83,3 +83,32 @@ def test_torch_dist_bert_logits_match_megatron_core(ref, tmp_path):
     _, out, family = convert(str(d / "dist"), str(tmp_path / "mwb"))
     assert family == "megatron-bert"
     _check(out, r)
+
+
+def test_writes_torch_dist_bert_megatron_core_loads_and_round_trip_is_exact(ref, tmp_path, capsys):
+    """mwb BERT → ``--to megatron`` → mwb is bit-exact, and megatron-core's ``dist_checkpointing.load`` into its
+    own ``BertModel`` gives the reference MLM and binary logits."""
+    d, r = ref
+    mwb = tmp_path / "mwb"
+    convert(str(d / "dist"), str(mwb))
+    release = megatron_round_trip(mwb, tmp_path, "bert", capsys)
+    got = run_reference({"bert": {**SPEC, "load_dist": release}}, tmp_path)["bert"]
+    real = r["padding"].bool()
+    assert (got["logits"][..., :V][real] - r["logits"][..., :V][real]).abs().max().item() < 1e-5
+    assert (got["binary_logits"] - r["binary_logits"]).abs().max().item() < 1e-5
+    _check(str(tmp_path / "bert-back"), r)
+
+
+def test_post_norm_bert_is_refused_in_one_line(ref, tmp_path, capsys):
+    """Hugging Face's post-norm BERT has no megatron-core layout: one line, exit 1, nothing written."""
+    import json
+    d, _ = ref
+    mwb = tmp_path / "mwb"
+    convert(str(d / "dist"), str(mwb))
+    meta = json.loads((mwb / "metadata.json").read_text())
+    meta["config"]["model"]["bert_post_norm"] = True
+    (mwb / "metadata.json").write_text(json.dumps(meta))
+    from tests.helpers.cli import run_cli
+    code, _, err = run_cli(["convert", str(mwb), str(tmp_path / "out"), "--to", "megatron"], capsys)
+    assert code == 1 and "post-norm" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -13,11 +13,11 @@ import os
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from mwb.core.compose import load_full_model
 from mwb.core.convert import convert
 from tests.helpers.cli import run_cli
+from tests.helpers.megatron_core_ckpt import megatron_round_trip
 from tests.helpers.megatron_core_ref import run_reference, tiny_specs
 from tests.helpers.needs import needs
 
@@ -62,15 +62,7 @@ def test_writes_torch_dist_megatron_core_loads_and_round_trip_is_exact(saved, tm
     for name in SPECS:
         mwb = tmp_path / f"{name}-mwb"
         convert(str(d / name), str(mwb))
-        code, out, err = run_cli(["convert", str(mwb), str(tmp_path / f"{name}-mcore"), "--to", "megatron"], capsys)
-        assert code == 0, err
-        back = tmp_path / f"{name}-back"
-        convert(str(tmp_path / f"{name}-mcore"), str(back))
-        a, b = load_file(str(mwb / "shard_00000.safetensors")), load_file(str(back / "shard_00000.safetensors"))
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name  # bit-exact
-        ma, mb = (json.loads((p / "metadata.json").read_text())["config"]["model"] for p in (mwb, back))
-        assert ma == mb
-        loads[name] = {**SPECS[name], "load_dist": str(tmp_path / f"{name}-mcore" / "release")}
+        loads[name] = {**SPECS[name], "load_dist": megatron_round_trip(mwb, tmp_path, name, capsys)}
     got = run_reference(loads, tmp_path)
     for name in SPECS:  # megatron-core's own loader into its own GPTModel gives the original logits
         assert (got[name]["logits"][..., :V] - refs[name]["logits"][..., :V]).abs().max().item() < 1e-5, name

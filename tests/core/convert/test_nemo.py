@@ -19,7 +19,7 @@ from mwb.core.convert import ConversionError, convert, nemo_to_mwb
 from tests.helpers.cli import run_cli
 from tests.helpers.megatron_core_ref import run_reference, tiny_specs
 from tests.helpers.needs import needs
-from tests.helpers.nemo_ckpt import legacy_nemo as _legacy_nemo, mcore_cfg as _mcore_cfg, nemo2_dir as _nemo2_dir
+from tests.helpers.nemo_ckpt import bert_nemo, legacy_nemo as _legacy_nemo, mcore_cfg as _mcore_cfg, nemo2_dir as _nemo2_dir
 from tests.helpers.nemo_ckpt import nemo_tar as _nemo, redcp as _redcp, vocab_files as _vocab_files
 
 V = 101
@@ -162,3 +162,42 @@ def test_nemo_with_dist_model_weights_logits_match_megatron_core(refs, tmp_path)
     src = _nemo(str(tmp_path / "d.nemo"), _mcore_cfg(spec, 2), {}, {**_vocab_files(), **extra})
     _, out, _ = convert(src, str(tmp_path / "mwb"))
     _check(out, ref)
+
+
+@pytest.fixture(scope="module")
+def megatron_bert():
+    from transformers import MegatronBertConfig, MegatronBertForPreTraining
+    torch.manual_seed(2)
+    cfg = MegatronBertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=64, layer_norm_eps=1e-5, max_position_embeddings=64)
+    return MegatronBertForPreTraining(cfg).eval()
+
+
+@pytest.mark.parametrize("tp,prefix,new_names", [(1, "model.", True), (2, "model.", True),
+                                                 (2, "bert_model.", False)])
+def test_bert_nemo_logits_match_megatron_bert(megatron_bert, tmp_path, tp, prefix, new_names):
+    """A NeMo 1 BERT archive (BioMegatron layout) → mwb: MLM and binary logits equal transformers'
+    ``MegatronBertForPreTraining`` with the same weights; the WordPiece vocab travels, lower-cased as the config says."""
+    src = bert_nemo(megatron_bert, tmp_path, tp=tp, prefix=prefix, new_names=new_names)
+    _, out, family = convert(src, str(tmp_path / "mwb"))
+    assert family == "nemo-bert"
+    cfg, model, tok = load_full_model(out)
+    assert cfg.model.vocab_size == V and cfg.model.num_tokentypes == 2 and cfg.model.bert_binary_head
+    from mwb.core.tokenizers.loader import load_tokenizer
+    t = load_tokenizer(tok)
+    assert t.vocab_size == V and t.lowercase is True
+    x = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(4))
+    types = torch.randint(0, 2, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = megatron_bert(input_ids=x, token_type_ids=types)
+        lm, binary = model(x, types=types)
+    assert (lm[..., :V] - ref.prediction_logits).abs().max().item() < 1e-5
+    assert (binary - ref.seq_relationship_logits).abs().max().item() < 1e-5
+
+
+def test_bert_nemo_without_weights_fails_in_one_line_writing_nothing(megatron_bert, tmp_path, capsys):
+    src = bert_nemo(megatron_bert, tmp_path, drop="weights")
+    dst = tmp_path / "out"
+    code, out, err = run_cli(["convert", src, str(dst)], capsys)
+    assert code == 1 and "holds no weights" in err and len(err.strip().splitlines()) == 1
+    assert not dst.exists() and not [n for n in os.listdir(tmp_path) if n.startswith(".out")]
