@@ -57,9 +57,14 @@ def test_two_level_verdict_on_the_committed_predictions(name):
 
 
 def test_msdp_two_level_p_equals_the_item_level_p_of_its_8_turns():
+    """The re-run msdp report (5 seeds, the two-level test): its 8 turns each count once at the item level."""
     row = [r for r in reanalysis.reanalyze(str(ROOT / "msdp")) if r["headline"]][0]
-    assert row["n_items"] == 8 and row["n_seeds"] == 3 and row["verdict"] == "not shown"
-    assert row["p_items"] == pytest.approx(0.265625)  # 2^8 = 256 flips enumerated: 68 of 256 as extreme
+    assert row["n_items"] == 8 and row["n_seeds"] == 5 and row["verdict"] == "not shown"
+    assert row["p_items"] == pytest.approx(50 / 256)  # 2^8 = 256 sign flips enumerated: 50 as extreme
+    committed = json.loads((ROOT / "msdp" / "results.json").read_text())
+    head = next(c for c in committed["comparisons"] if c["headline"])
+    assert committed["statistics"] and head["p_items"] == pytest.approx(50 / 256) and head["p"] == pytest.approx(
+        max(head["p_items"], head["p_seeds"]))
 
 
 def test_report_page_renders_the_committed_reports_marking_the_old_format(tmp_path):
@@ -68,6 +73,7 @@ def test_report_page_renders_the_committed_reports_marking_the_old_format(tmp_pa
     text = page.read_text()
     for name in SEEDED:
         line = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} |"))
-        assert "old format: legacy pooled test" in line
+        old = "statistics" not in json.loads((ROOT / name / "results.json").read_text())
+        assert ("old format: legacy pooled test" in line) == old, name
     cntrl = next(ln for ln in text.splitlines() if ln.startswith("| megatron-cntrl |"))
     assert "shown" in cntrl
