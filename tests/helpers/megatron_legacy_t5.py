@@ -86,3 +86,17 @@ def write_legacy_t5(ref: dict, spec: dict, save: str, tp: int = 1, version: floa
         torch.save({"args": args, "checkpoint_version": version, "iteration": 0, "model": model},
                    shard_dir(d, r, 0, 1))
     return d
+
+
+def converted_t5_delta(out: str, r: dict, vocab: int, label="") -> float:
+    """Max |Δlogit| over the first ``vocab`` rows between the converted mwb T5 in ``out`` and the reference
+    ``r`` (megatron-core's forward), after checking it came out tied, with its head bias and final norms."""
+    from mwb.core.compose import load_full_model
+    cfg, model, _ = load_full_model(out)
+    assert (cfg.model.arch, cfg.model.tie_embeddings, cfg.model.t5_head_bias, cfg.model.t5_final_norm) == \
+        ("t5", True, True, True)
+    with torch.no_grad():
+        logits = model(r["tokens"], r["dec_tokens"])[..., :vocab]
+    d = (logits - r["logits"][..., :vocab]).abs().max().item()
+    print(f"max |Δlogit| {label}: {d:.2e}")
+    return d

@@ -17,7 +17,7 @@ import torch
 from mwb.core.compose import load_full_model
 from mwb.core.convert import ConversionError, convert
 from tests.helpers.megatron_core_ref import run_reference, t5_spec
-from tests.helpers.megatron_legacy_t5 import write_legacy_t5
+from tests.helpers.megatron_legacy_t5 import converted_t5_delta, write_legacy_t5
 from tests.helpers.needs import needs
 
 pytestmark = needs("megatron.core")
@@ -43,14 +43,7 @@ def _delta(r: dict, tmp_path, **kw) -> float:
     _vocab(save)
     _, out, family = convert(str(save), str(tmp_path / "mwb"))
     assert family == "megatron-t5"
-    cfg, model, _ = load_full_model(out)
-    assert (cfg.model.arch, cfg.model.tie_embeddings, cfg.model.t5_head_bias, cfg.model.t5_final_norm) == \
-        ("t5", True, True, True)
-    with torch.no_grad():
-        logits = model(r["tokens"], r["dec_tokens"])[..., :V]
-    d = (logits - r["logits"][..., :V]).abs().max().item()
-    print(f"max |Δlogit| {kw}: {d:.2e}")
-    return d
+    return converted_t5_delta(out, r, V, kw)
 
 
 @pytest.mark.parametrize("version", [0.0, 1.0, 3.0])

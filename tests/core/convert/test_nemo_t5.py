@@ -9,14 +9,12 @@ with ``mcore_t5`` megatron-core's names under ``enc_dec_model.``), at TP 1 and 2
 from __future__ import annotations
 
 import pytest
-import torch
 
-from mwb.core.compose import load_full_model
 from mwb.core.convert import ConversionError, convert
 from mwb.core.convert.megatron_legacy import flatten_tensors
 from tests.helpers.megatron_core_ckpt import _tp_piece
 from tests.helpers.megatron_core_ref import run_reference, t5_spec
-from tests.helpers.megatron_legacy_t5 import legacy_t5_model
+from tests.helpers.megatron_legacy_t5 import converted_t5_delta, legacy_t5_model
 from tests.helpers.needs import needs
 from tests.helpers.nemo_ckpt import nemo_tar
 
@@ -80,14 +78,7 @@ def _archive(r: dict, tmp_path, tp: int, mcore: bool = False, legacy: bool = Fal
 def _delta(r: dict, tmp_path, **kw) -> float:
     _, out, family = convert(_archive(r, tmp_path, **kw), str(tmp_path / "mwb"))
     assert family == "nemo-t5"
-    cfg, model, _ = load_full_model(out)
-    assert (cfg.model.arch, cfg.model.tie_embeddings, cfg.model.t5_head_bias, cfg.model.t5_final_norm) == \
-        ("t5", True, True, True)
-    with torch.no_grad():
-        logits = model(r["tokens"], r["dec_tokens"])[..., :V]
-    d = (logits - r["logits"][..., :V]).abs().max().item()
-    print(f"max |Δlogit| {kw}: {d:.2e}")
-    return d
+    return converted_t5_delta(out, r, V, kw)
 
 
 @pytest.mark.parametrize("mcore,legacy", [(False, False), (False, True), (True, False)],
