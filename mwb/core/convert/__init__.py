@@ -25,7 +25,8 @@ from . import bert, gpt2, llama, t5
 from .gguf_llama import gguf_to_mwb, is_gguf
 from .megatron_io import is_megatron, megatron_to_mwb
 from .megatron_write import mwb_to_megatron
-from .nemo import is_nemo, nemo_to_mwb
+from .nemo import is_nemo
+from .nemo_convert import nemo_to_mwb
 from .hf_io import ConversionError, is_hf_dir, read_config, read_weights, tokenizer_files, write_hf_dir
 
 FAMILIES = (gpt2, llama, bert, t5)

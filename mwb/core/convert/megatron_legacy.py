@@ -38,6 +38,7 @@ import torch
 from . import megatron_core, megatron_legacy_t5, megatron_t5
 from .megatron_args import check_args, check_version
 from .hf_io import ConversionError
+from .megatron_rows import _split_qkv, flatten_tensors
 
 TRACKER = "latest_checkpointed_iteration.txt"
 SHARD_FILES = ("model_optim_rng.pt", "model_rng.pt")
@@ -121,17 +122,6 @@ def _arg(args, name: str, default=None, *, need: bool = False, where: str = ""):
     return value
 
 
-def flatten_tensors(tree: dict, prefix: str = "") -> dict:
-    """The tensors of a nested state dict under dotted names (``{"a": {"b": t}}`` → ``{"a.b": t}``)."""
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(flatten_tensors(v, f"{prefix}{k}."))
-        elif isinstance(v, torch.Tensor):
-            out[prefix + k] = v
-    return out
-
-
 def core_tensors(model: dict, where: str) -> dict:
     """A flat megatron-core state dict (one shard of the ``torch`` format, or a whole ``torch_dist`` model)
     ready for :func:`assemble`: GPT and BERT under the legacy names (:func:`.megatron_core.uniform`); T5 keeps
@@ -170,32 +160,6 @@ def _stage_tensors(ck: dict, file: str) -> dict:
         for k, v in flatten_tensors(model.get(part, {})).items():
             out[f"{part}.{k}"] = v
     return out
-
-
-def _split_qkv(t: torch.Tensor, version: float, heads: int, where: str, groups: int = 0, parts: int = 3) -> tuple:
-    """A TP shard's fused QKV (weight ``[(np + 2·ng)·hn, h]`` or bias) → (q ``[np·hn, …]``, k, v ``[ng·hn, …]``);
-    ``groups`` (ng) < ``heads`` (np) is grouped-query attention, whose rows are ``[ng, np/ng + 2, hn]``.
-    ``parts`` 2: T5's cross-attention ``key_value`` (→ k, v), whose rows follow the same versions."""
-    rest = t.shape[1:]
-    groups = groups or heads
-    if groups != heads:
-        if version < 2.0:
-            raise ConversionError(f"{where}: grouped-query attention with checkpoint_version {version} < 2")
-        per = heads // groups
-        hn = t.shape[0] // (heads + 2 * groups)
-        x = t.view(groups, per + 2, hn, *rest)
-        return (x[:, :per].reshape(heads * hn, *rest), x[:, per].reshape(groups * hn, *rest),
-                x[:, per + 1].reshape(groups * hn, *rest))
-    hn = t.shape[0] // (parts * heads)
-    if version == 0.0:
-        x = t.view(parts, heads, hn, *rest).transpose(0, 1)
-    elif version == 1.0:
-        x = t.view(heads, hn, parts, *rest).transpose(1, 2)
-    elif version >= 2.0:
-        x = t.view(heads, parts, hn, *rest)
-    else:
-        raise ConversionError(f"{where}: checkpoint_version {version} is not one mwb knows (0, 1.0, ≥ 2.0)")
-    return tuple(x[:, j].reshape(heads * hn, *rest) for j in range(parts))
 
 
 _COLUMN = ("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias")

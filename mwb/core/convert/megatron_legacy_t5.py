@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from . import megatron_legacy
+from . import megatron_rows
 from .hf_io import ConversionError
 
 _NORMS = {"input_layernorm": "input_layernorm", "input_norm": "input_layernorm",
@@ -53,7 +53,7 @@ def is_t5(model: dict) -> bool:
 
 def _to_core_rows(t: torch.Tensor, version: float, heads: int, parts: int, where: str) -> torch.Tensor:
     """A shard's fused rows in ``version``'s order → megatron-core's ``[np, parts, hn]``."""
-    pieces = megatron_legacy._split_qkv(t, version, heads, where, parts=parts)
+    pieces = megatron_rows._split_qkv(t, version, heads, where, parts=parts)
     rest = t.shape[1:]
     return torch.stack([p.view(heads, -1, *rest) for p in pieces], dim=1).reshape(t.shape)
 
@@ -93,13 +93,13 @@ def core_tensors(ck: dict, where: str) -> dict:
     version = float(ck.get("checkpoint_version", 0.0))
     lm = model["language_model"]
     out = {}
-    for k, v in megatron_legacy.flatten_tensors(lm.get("embedding", {})).items():
+    for k, v in megatron_rows.flatten_tensors(lm.get("embedding", {})).items():
         if k not in ("word_embeddings.weight", "position_embeddings.weight"):
             raise ConversionError(f"{where}: unexpected Megatron-LM legacy T5 tensor 'embedding.{k}' "
                                   f"(tokentype embeddings have no mwb T5 equivalent)")
         out["embedding." + k] = v
     for side in ("encoder", "decoder"):
-        for k, v in megatron_legacy.flatten_tensors(lm.get(side, {})).items():
+        for k, v in megatron_rows.flatten_tensors(lm.get(side, {})).items():
             head, _, tail = k.partition(".")
             if head in ("final_layernorm", "final_norm"):
                 out[f"{side}.final_layernorm.{tail}"] = v
@@ -109,7 +109,7 @@ def core_tensors(ck: dict, where: str) -> dict:
                 raise ConversionError(f"{where}: unexpected Megatron-LM legacy T5 tensor '{side}.{k}'")
             name, parts = _layer_name(side, kind, where)
             out[f"{side}.layers.{i}.{name}"] = _to_core_rows(v, version, heads // tp, parts, where) if parts else v
-    for k, v in megatron_legacy.flatten_tensors(model.get("lm_head", {})).items():
+    for k, v in megatron_rows.flatten_tensors(model.get("lm_head", {})).items():
         if k != "bias":
             raise ConversionError(f"{where}: unexpected Megatron-LM legacy T5 tensor 'lm_head.{k}'")
         out["lm_head.output_layer.bias"] = v

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 
 from .hf_io import ConversionError
-from .megatron_write import EXTRA_STATE_MODULES, _LAYER, extra_states, padder, stack_layers
+from .megatron_write_layers import EXTRA_STATE_MODULES, _LAYER, extra_states, padder, stack_layers
 
 _T5_DECODER = {**_LAYER, "ln_cross.weight": "pre_cross_attn_layernorm.weight",
                "ln_cross.bias": "pre_cross_attn_layernorm.bias",

@@ -35,7 +35,7 @@ import torch
 
 from ..checkpoint.writer import write_model_checkpoint
 from ..config import RunConfig, update
-from . import megatron_args, megatron_core, megatron_dist, megatron_legacy, nemo_t5
+from . import megatron_args, megatron_core, megatron_dist, megatron_legacy
 from .hf_io import ConversionError
 from .megatron_io import _stage_tokenizer
 
@@ -284,58 +284,3 @@ def _stage(files: list, lower: Optional[bool], tmp: str) -> tuple[list, Optional
         raise ConversionError(f"the checkpoint's tokenizer {files[0][0]} cannot be read ({type(e).__name__}: "
                               f"{str(e)[:200]})") from None
     return paths, size
-
-
-def _read(src: str, root: str, tmp: str) -> tuple:
-    """(model config, vocab size, tensors, tokenizer files) of the unpacked checkpoint ``root``."""
-    if os.path.isfile(os.path.join(root, CONFIG)):
-        cfg = _yaml(os.path.join(root, CONFIG))
-        if nemo_t5.is_t5(cfg):  # MegatronT5Model: its own names and config sections (nemo_t5)
-            return nemo_t5.read(src, root, tmp, cfg)
-        args, prefix = nemo1_args(cfg, src), "model."
-        version = 3.0 if cfg.get("mcore_gpt") else 2.0  # NeMo's legacy GPT fuses QKV as [np, 3, hn]
-        dist_dir = os.path.join(root, "model_weights")
-        dist_dir = dist_dir if os.path.isdir(dist_dir) else None
-        tok = cfg.get("tokenizer") or {}  # a mapping: nemo1_args checked it
-        has = dist_dir or os.path.isfile(os.path.join(root, WEIGHTS)) or any(
-            n.startswith(("mp_rank_", "tp_rank_")) for n in os.listdir(root))
-        if not has:
-            raise ConversionError(f"{src}: the checkpoint holds no weights (no {WEIGHTS}, mp_rank_*/, "
-                                  f"tp_rank_*_pp_rank_*/ or model_weights/)")
-    else:
-        model_yaml = os.path.join(root, "context", "model.yaml")
-        if not os.path.isfile(model_yaml):
-            raise ConversionError(f"{src}: a NeMo 2 checkpoint needs context/model.yaml (io.json alone is not read)")
-        top = _yaml(model_yaml)
-        cfg = top.get("config") if isinstance(top.get("config"), dict) else top
-        args, prefix, version = nemo2_args(cfg, src), "module.", 3.0
-        dist_dir = os.path.join(root, "weights")
-        if not megatron_dist.is_dist(dist_dir):
-            raise ConversionError(f"{src}: the checkpoint holds no weights (weights/ is not a torch_dist checkpoint)")
-        tok = {}
-        root = os.path.join(root, "context")
-    megatron_args.check_args(args, src)  # before _weights computes with the layout
-    stages = _weights(root, args, version, dist_dir, prefix)
-    files, lower = find_tokenizer(root, tok)
-    paths, size = _stage(files, lower, tmp)
-    m, vocab, tensors, _ = megatron_legacy.assemble(args, version, stages, src, size)
-    return m, vocab, tensors, paths
-
-
-def nemo_to_mwb(src: str, dst: str, overwrite: bool = False) -> tuple[str, str]:
-    """NeMo 1 ``.nemo`` / NeMo 2 directory → mwb checkpoint directory; returns (dst, family name)."""
-    src = os.path.abspath(src)
-    with tempfile.TemporaryDirectory(prefix="mwb-nemo-") as tmp:
-        root = src
-        if os.path.isfile(src):
-            root = os.path.join(tmp, "unpacked")
-            _unpack(src, root)
-        tok_dir = os.path.join(tmp, "tokenizer")
-        os.makedirs(tok_dir)
-        m, vocab, tensors, paths = _read(src, root, tok_dir)
-        cfg = update(RunConfig(), {"model": m})
-        megatron_args.check_shapes(cfg.model, vocab, tensors, src)
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=None))
-        extra = {"tokenizer": paths} if paths else {}
-        write_model_checkpoint(dst, cfg, vocab, tensors, extra_files=extra, overwrite=overwrite)
-    return os.path.abspath(dst), f"nemo-{m['arch']}"
