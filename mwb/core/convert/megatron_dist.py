@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from . import megatron_args, megatron_legacy
+from . import megatron_args, megatron_legacy, megatron_t5
 from .hf_io import ConversionError
 
 MODEL_PREFIXES = ("embedding.", "decoder.", "encoder.", "output_layer.", "lm_head.", "pooler.", "binary_head.")
@@ -121,11 +121,7 @@ def read(path: str, vocab_size: Optional[int] = None) -> tuple:
     if layers is None:
         raise ConversionError(f"{d}: common.pt has no 'args' (the architecture cannot be known)")
     version = megatron_args.check_version(common.get("checkpoint_version", 3.0), d, megatron_legacy.VERSIONS)
-    counts = {"encoder": int(layers), "decoder": int(layers)}
-    for stack in counts:  # a T5's stacks: megatron-core's args give each its own depth
-        n = getattr(args, f"{stack}_num_layers", None)
-        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            counts[stack] = n
+    counts = {side: megatron_t5.stack_depth(args, side, int(layers)) for side in ("encoder", "decoder")}
     state = unstack(load_tensors(d), counts, d)
     flat = megatron_legacy.core_tensors(state, d)
     return megatron_legacy.assemble(args, version, [[flat]], d, vocab_size)

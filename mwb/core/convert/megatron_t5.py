@@ -99,6 +99,12 @@ def check_positions(args, d: str) -> None:
                               f"(learned_absolute only: relative positions need Transformer Engine)")
 
 
+def stack_depth(args, side: str, default):
+    """Layers of a T5's ``side`` ("encoder" / "decoder") stack: megatron-core's ``encoder_num_layers`` /
+    ``decoder_num_layers`` when the args set it, else ``num_layers`` (``default``)."""
+    return getattr(args, f"{side}_num_layers", None) or default
+
+
 def assemble(args, stages: list, d: str, vocab_size, base: dict) -> tuple:
     """(mwb model config, vocab, {mwb name: tensor}) of ``stages[p][t]`` (:func:`tensors` of each shard);
     ``base`` is the GPT-style config the legacy reader derives from ``args`` (sizes, norm, activation)."""
@@ -111,7 +117,7 @@ def assemble(args, stages: list, d: str, vocab_size, base: dict) -> tuple:
     count = lambda side: len({int(m.group(2)) for m in map(_LAYER.match, sd) if m and m.group(1) == side})  # noqa: E731
     n_enc, n_dec = count("encoder"), count("decoder")
     for side, n in (("encoder", n_enc), ("decoder", n_dec)):
-        want = getattr(args, f"{side}_num_layers", None) or base["num_layers"]
+        want = stack_depth(args, side, base["num_layers"])
         if n != want:
             raise ConversionError(f"{d}: the checkpoint holds {n} {side} layers but its args say {want}")
     norms = {side: f"{side}.final_layernorm.weight" in sd for side in ("encoder", "decoder")}
