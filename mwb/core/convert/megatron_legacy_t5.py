@@ -47,8 +47,8 @@ _MODEL_KEYS = ("language_model", "lm_head", "word_embeddings_for_head")
 
 def is_t5(model: dict) -> bool:
     """Whether a legacy ``model`` dict is a T5's: its language model has a decoder."""
-    lm = model.get("language_model")
-    return isinstance(lm, dict) and "decoder" in lm
+    language_model = model.get("language_model")
+    return isinstance(language_model, dict) and "decoder" in language_model
 
 
 def _to_core_rows(t: torch.Tensor, version: float, heads: int, parts: int, where: str) -> torch.Tensor:
