@@ -140,3 +140,22 @@ def test_gpu_scale_is_declared_and_dry_runs(capsys):
     assert code == 0, err
     fts = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb finetune race")]
     assert len(fts) == 2 * 5 and all(a[a.index("--epochs") + 1] == "3" for a in fts)
+
+
+def test_cpu_scale_tests_120_distinct_questions_the_bundled_48_first(tmp_path):
+    """The cpu scale's set, as run_cell writes it: the bundled set's train and dev questions, and 120 test
+    questions (at least 100 distinct items for the paired test) of which the first 48 are the bundled test set."""
+    from pathlib import Path
+
+    from mwb.repro.experiments.race import SCALES
+    from mwb.tasks.race.sample import write_race_sample
+    cpu = SCALES["cpu"]
+    assert cpu.seeds == 5 and cpu.params["data"] == "cell"
+    write_race_sample(str(tmp_path), cpu.params["counts"], seed=2024)
+    bundled = Path(__file__).resolve().parents[2] / "mwb" / "tasks" / "race" / "bundled" / "race_sample"
+    for split in ("train", "dev"):
+        assert read_official(str(tmp_path / split)) == read_official(str(bundled / split)), split
+    test, bundled_test = read_official(str(tmp_path / "test")), read_official(str(bundled / "test"))
+    assert len(test) == 120 and len({(e["id"], e["question"]) for e in test}) == 120
+    key = lambda e: (e["article"], e["question"], tuple(e["options"]), e["label"])  # noqa: E731
+    assert {key(e) for e in bundled_test} <= {key(e) for e in test} and len(bundled_test) == 48
