@@ -29,7 +29,8 @@ SCALES = {
                            "pt_micro": 8, "pt_seq": 64, "pt_warmup": 1, "ft_epochs": 1, "ft_seq": 64}),
     "cpu": Scale("cpu", "bert-tiny (4 × 128), 8,000-entry vocabularies from 190,000 words each, 200 pretraining "
                  "steps of 16 × 128 tokens on 3,000 PubMed abstracts, 3 fine-tuning epochs on 200 silver citations, "
-                 "tested on 300", budget="≈ 15 min on 2 quiet cores (4 conditions × 3 seeds)", seeds=3,
+                 "tested on 300, 5 seeds", budget="≈ 30 min on 2 quiet cores (4 conditions × 5 seeds; ≈ 160 s a cell "
+                 "in the 3-seed report, run at load 4)", seeds=5,
                  params={**_COMMON, "silver": (200, 25, 300), "pt_docs": 3000, "pt_steps": 200}),
     "gpu": Scale("gpu", "a 6 × 512 BERT (bert-tiny's post-norm and rotary positions), 8,000-entry vocabularies from "
                  "190,000 words, 1,000 pretraining steps of 64 × 128 tokens on all 18,445 abstracts, 3 fine-tuning "
