@@ -166,6 +166,9 @@ def test_control_cell_writes_with_the_knowledge_cells_model(smoke):
         k = {r["id"]: r for r in read_predictions(str(out / "predictions" / KNOWLEDGE / f"seed{s}.jsonl"))}
         c = {r["id"]: r for r in read_predictions(str(out / "predictions" / CONTROL / f"seed{s}.jsonl"))}
         assert k.keys() == c.keys()
+        if s == 1:  # each seed writes other stories: seed 1 the split's stories 3-5, seed 0 its first 3
+            first = {r["id"] for r in read_predictions(str(out / "predictions" / KNOWLEDGE / "seed0.jsonl"))}
+            assert len(first) == 3 and not first & k.keys()
         for rid, rec in c.items():
             assert rec["prediction"]["control"] == k[rid]["prediction"]["control"]
             own = word_forms(" ".join(rec["gold"]))
@@ -191,7 +194,8 @@ def test_comparisons_are_the_declared_ones_with_diff_b_minus_a(smoke):
         assert r["mean_a"] == pytest.approx(np.mean(a)) and r["mean_b"] == pytest.approx(np.mean(b))
         assert r["diff"] == pytest.approx(r["mean_b"] - r["mean_a"])
     by = {r["metric"]: r for r in rows}
-    assert by["inclusion"]["paired_over"] == "items" and by["inclusion"]["n_items"] == 3  # 3 stories, 2 seeds
+    # 3 stories per seed, another 3 for seed 1 (--first-story 3): 6 distinct items over 2 seeds
+    assert by["inclusion"]["paired_over"] == "items" and by["inclusion"]["n_items"] == 6
     assert by["distinct_4"]["paired_over"] == "seeds"  # a corpus statistic: one value per seed
     head = by["inclusion"]
     p, d = head["p"], head["diff"]
@@ -207,7 +211,10 @@ def test_dry_runs_of_the_other_scales(capsys, tmp_path):
                               capsys)
     assert code == 0, err
     argvs = [shlex.split(x) for x in text.splitlines() if x.startswith("mwb ")]
-    assert len(argvs) == 3 * 5 and not (tmp_path / "cells").exists()  # 2 + 1 + 2 commands per seed
+    assert len(argvs) == 5 * 5 and not (tmp_path / "cells").exists()  # 2 + 1 + 2 commands per seed, 5 seeds
+    evals = [a for a in argvs if a[:3] == ["mwb", "eval", "story"]]
+    windows = [(int(a[a.index("--first-story") + 1]), int(a[a.index("--stories") + 1])) for a in evals]
+    assert sorted(set(windows)) == [(20 * k, 20) for k in range(5)] and len(windows) == 3 * 5  # 100 stories
     assert all(a[a.index("--checkpoint") + 1] == "smollm2-135m" for a in argvs if a[1] == "finetune")
     code, text, err = run_cli(["repro", "megatron-cntrl", "--scale", "paper", "--dry-run", "--set", "checkpoint=G",
                                "--set", "data=roc.csv", "--set", "conceptnet=cn.csv"], capsys)

@@ -33,6 +33,7 @@ import sys
 from typing import Optional
 
 from mwb.core.config import ConfigError
+from mwb.core.errors import DataError
 from mwb.core.data.package_files import package_path
 
 from ..api.base import Option, Task
@@ -60,6 +61,9 @@ class StoryEval(Task):
                "stories": Option(int, None, low=0, help="Evaluate the first N stories of the split (0: all; "
                                                          "default 100 for a tiny generator, 24 for one of "
                                                          "SmolLM2-135M's size)."),
+               "first_story": Option(int, 0, low=0, help="Skip the split's first K stories: evaluate stories K to "
+                                                         "K + N - 1 (disjoint samples per seed, as mwb repro "
+                                                         "megatron-cntrl draws them)."),
                "conceptnet": Option(str, None, "ConceptNet assertions CSV instead of the run's knowledge base."),
                "seed": Option(int, 1234, "Sampling seed of the generated sentences."),
                "samples": Option(int, 1, low=1, help="Candidate sentences per step, the one including most of "
@@ -90,6 +94,11 @@ class StoryEval(Task):
     def load(self, path):
         stories = read_stories(self.data_path(path), self.opts["split"] or self.eval_split)
         n = TINY_STORIES if self.option("stories") is None else self.option("stories")  # load_model decides it
+        first, split = self.opts["first_story"], self.opts["split"] or self.eval_split
+        if first and (first >= len(stories) or (n and first + n > len(stories))):
+            raise DataError(f"--first-story {first} with --stories {n or 'all'}: the {split} split has "
+                            f"{len(stories)} stories")
+        stories = stories[first:]
         return stories[:n] if n else stories
 
     def load_model(self, checkpoint, tokenizer=None, device=None):

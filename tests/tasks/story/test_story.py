@@ -203,3 +203,19 @@ def test_story_eval_keeps_the_written_stories_for_stories_jsonl():
     rows = [json.loads(line) for line in task.files(m, task.records(results, gold), gold)["stories.jsonl"].splitlines()]
     assert [r["first"] for r in rows] == ["Ann had a dog.", "Bob had a cat."]
     assert rows[0]["controlled"] == ctrl and rows[1]["gold"] == list(gold[1].sentences) and rows[0]["control"][0] == ["oven"]
+
+
+def test_first_story_skips_k_stories_and_refuses_a_window_past_the_split(tmp_path):
+    """``--first-story K --stories N`` evaluates stories K..K+N-1 of the split (megatron-cntrl's disjoint sample
+    per seed); a window that runs past the split is one DataError, not a shorter sample."""
+    from mwb.tasks.story.task import StoryEval
+    rows = "".join(f"s{i},T,A{i} went.,B.,C.,D.,E.\n" for i in range(12))
+    (tmp_path / "roc.csv").write_text("storyid,storytitle,sentence1,sentence2,sentence3,sentence4,sentence5\n" + rows)
+    every = [s.id for s in read_stories(str(tmp_path), "train")]
+    assert len(every) >= 5, every
+    got = StoryEval(stories=2, first_story=2, split="train").load(str(tmp_path))
+    assert [s.id for s in got] == every[2:4]
+    assert [s.id for s in StoryEval(stories=0, first_story=1, split="train").load(str(tmp_path))] == every[1:]
+    with pytest.raises(DataError, match=f"--first-story {len(every) - 1} with --stories 2: the train split has "
+                                        f"{len(every)} stories"):
+        StoryEval(stories=2, first_story=len(every) - 1, split="train").load(str(tmp_path))
