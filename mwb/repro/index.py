@@ -4,6 +4,7 @@ nothing a person typed. ``mwb repro --list`` reads the same files for each exper
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Optional
 from mwb.core.atomic import atomic_write_text
 from mwb.core.errors import DataError
 
-from .registry import list_experiments
+from .registry import get_experiment, list_experiments
 from .report import fmt
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2] / "reproductions"
@@ -78,17 +79,52 @@ def headline(rec: dict) -> str:
     return "; ".join(cells)
 
 
+def _declared(rec_or_def: dict, key: str) -> list:
+    """Comparisons as (a, b, metric, direction, headline, part) rows, from a results.json or a definition."""
+    return [(c["a"], c["b"], c["metric"], c["direction"], bool(c.get("headline")), c.get("part") or "")
+            for c in rec_or_def.get(key, [])]
+
+
+def definition_changed(rec: dict, env: dict) -> bool:
+    """Whether the experiment as the code now declares it differs from the design the run recorded: the report
+    is then of an older design and waits for a re-run. Compared by the recorded definition hash (conditions,
+    comparisons, the scale's settings, at the seed count the run used); a run from before the hash by what its
+    results.json records (the scale's params, the conditions, the declared comparisons). False where the
+    experiment is no longer registered."""
+    if rec.get("experiment") not in list_experiments():
+        return False
+    exp = get_experiment(rec["experiment"])
+    if rec.get("scale") not in exp.scales:  # a scale the code no longer has
+        return True
+    scale = exp.scale(rec["scale"])
+    recorded = env.get("definition_hash")
+    if recorded:
+        seeds = (env.get("definition") or {}).get("scale", {}).get("seeds")
+        if isinstance(seeds, int) and seeds != scale.seeds:
+            scale = dataclasses.replace(scale, seeds=seeds)
+        return exp.definition_hash(scale) != recorded
+    now = exp.definition(scale)
+    canon = lambda x: json.dumps(x, sort_keys=True, default=str)  # noqa: E731  (tuples and lists alike)
+    return (canon(rec.get("scale_params")) != canon(now["scale"]["params"])
+            or list(rec.get("conditions", {})) != now["conditions"]
+            or _declared(rec, "comparisons") != _declared(now, "comparisons"))
+
+
 def provenance(root: str, name: str, rec: dict) -> str:
     """What a reader must know before trusting the row: an old-format report (legacy pooled test), a report
-    written from a dirty tree (with --allow-dirty or before the rule)."""
+    written from a dirty tree (with --allow-dirty or before the rule), a report of a design the code has changed
+    since (:func:`definition_changed`)."""
     notes = []
     if not rec.get("deterministic") and rec.get("statistics") != "two-level":
         notes.append("old format: legacy pooled test")
     try:
         with open(os.path.join(root, name, "env.json"), encoding="utf-8") as f:
-            git = json.load(f).get("mwb", {})
+            env = json.load(f)
     except (OSError, json.JSONDecodeError):
-        git = {}
+        env = {}
+    git = env.get("mwb", {})
+    if definition_changed(rec, env):
+        notes.append("design changed since this run: re-run pending")
     if git.get("allow_dirty"):
         notes.append("dirty tree (--allow-dirty)")
     elif git.get("dirty") is not False:

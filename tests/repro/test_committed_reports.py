@@ -77,3 +77,20 @@ def test_report_page_renders_the_committed_reports_marking_the_old_format(tmp_pa
         assert ("old format: legacy pooled test" in line) == old, name
     cntrl = next(ln for ln in text.splitlines() if ln.startswith("| megatron-cntrl |"))
     assert "shown" in cntrl
+
+
+def test_a_report_of_a_changed_design_is_marked_and_an_unchanged_one_is_not():
+    """index.definition_changed: the msdp report (5 seeds of the code's design) matches; the same
+    report under another recorded hash does not; a report from before the hash is compared by its results.json
+    (scale params, conditions, comparisons), so one changed scale setting marks it."""
+    rec = json.loads((ROOT / "msdp" / "results.json").read_text())
+    env = json.loads((ROOT / "msdp" / "env.json").read_text())
+    assert len(rec["seeds"]) == 5 and not index.definition_changed(rec, env)
+    assert index.definition_changed(rec, {**env, "definition_hash": "0" * 16})
+    legacy = {k: v for k, v in env.items() if k not in ("definition_hash", "definition")}
+    assert not index.definition_changed(rec, legacy)
+    steps = next(k for k, v in rec["scale_params"].items() if isinstance(v, int) and not isinstance(v, bool))
+    bumped = {**rec["scale_params"], steps: rec["scale_params"][steps] + 1}
+    assert index.definition_changed({**rec, "scale_params": bumped}, legacy)
+    assert index.definition_changed({**rec, "comparisons": rec["comparisons"][1:]}, legacy)
+    assert index.definition_changed({**rec, "scale": "no-such-scale"}, legacy)
