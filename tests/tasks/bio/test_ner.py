@@ -10,7 +10,7 @@ from mwb.core.errors import DataError
 from mwb.core.tokenizers import load_tokenizer
 from mwb.tasks.bio.ner import NER, read_conll
 from tests.tasks.encoder_helpers import TOKENIZER, tiny_bert_checkpoint
-from tests.tasks.race.test_race import _losses, _mwb
+from tests.tasks.race.test_race import _losses, _mwb_here
 
 CHEMICALS = ["aspirin", "cisplatin", "lithium", "nicotine", "caffeine", "heparin"]
 DISEASES = [["hepatitis"], ["renal", "failure"], ["seizures"], ["heart", "failure"], ["anemia"]]
@@ -84,19 +84,19 @@ def test_malformed_line_names_file_and_line(tmp_path, content, needle):
 
 
 @pytest.mark.multiprocess
-def test_finetune_learns_tp2_matches_and_eval_reproduces(tmp_path):
+def test_finetune_learns_tp2_matches_and_eval_reproduces(tmp_path, capsys):
     ckpt = tiny_bert_checkpoint(str(tmp_path / "bert"), seq=32)
     data = write_biobert_folder(str(tmp_path / "ner"), {"train": 32, "devel": 16, "test": 8}, seed=3)
     common = ["ner", "--checkpoint", ckpt, "--data", data, "--epochs", "3", "--lr", "2e-3",
               "--global-batch-size", "8", "--micro-batch-size", "4"]
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    _mwb("finetune", *common, "--out", one)
+    _mwb_here(capsys, "finetune", *common, "--out", one)
     res = json.load(open(os.path.join(one, "results.json")))
     assert res["metrics"]["f1"] >= 0.5, res["metrics"]
-    _mwb("finetune", *common, "--out", two, "--nproc", "2", "--tp", "2")
+    _mwb_here(capsys, "finetune", *common, "--out", two, "--nproc", "2", "--tp", "2")
     a, b = _losses(one), _losses(two)
     assert len(a) == len(b) == 12
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5
-    _mwb("eval", "ner", "--checkpoint", one, "--data", data, "--out", str(tmp_path / "ev"))
+    _mwb_here(capsys, "eval", "ner", "--checkpoint", one, "--data", data, "--out", str(tmp_path / "ev"))
     ev = json.load(open(os.path.join(tmp_path, "ev", "results.json")))
     assert ev["metrics"]["f1"] == res["metrics"]["f1"]
