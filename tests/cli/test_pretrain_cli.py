@@ -50,17 +50,26 @@ def test_nproc_tp_sp_matches_single_process(tmp_path):
         assert abs(l1[k] - l2[k]) / l1[k] < 1e-5
 
 
+T5 = ["--steps", "2", "--seq-length", "64", "--global-batch-size", "4", "--micro-batch-size", "2",
+      "--set", "model.hidden_size=64", "--set", "model.dropout=0", "--eval-interval", "0", "--eval-steps", "1"]
+
+
+@pytest.fixture(scope="module")
+def t5_one_process(tmp_path_factory):
+    """The one-process T5 run both layouts below are compared against (the same arguments): launched once."""
+    one = str(tmp_path_factory.mktemp("t5") / "one")
+    mwb("pretrain", "t5", "--out", one, *T5)
+    return one
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("layout", [["--pp", "2"], ["--tp", "2", "--sp"]], ids=["pp2", "tp2_sp"])
-def test_t5_parallel_on_bundled_data_matches_single_process(tmp_path, layout):
+def test_t5_parallel_on_bundled_data_matches_single_process(tmp_path, layout, t5_one_process):
     """`mwb pretrain t5 --nproc 2 --pp 2` / `--tp 2 --sp` on the real span-corruption data (decoder length
     set by the dataset, padded to a multiple of 8 so SP can split it), against one process."""
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    t5 = ["--steps", "2", "--seq-length", "64", "--global-batch-size", "4", "--micro-batch-size", "2",
-          "--set", "model.hidden_size=64", "--set", "model.dropout=0", "--eval-interval", "0", "--eval-steps", "1"]
-    mwb("pretrain", "t5", "--out", one, *t5)
-    mwb("pretrain", "t5", "--out", two, "--nproc", "2", *layout, *t5)
-    l1, l2 = losses(one), losses(two)
+    two = str(tmp_path / "two")
+    mwb("pretrain", "t5", "--out", two, "--nproc", "2", *layout, *T5)
+    l1, l2 = losses(t5_one_process), losses(two)
     assert sorted(l1) == sorted(l2) == [1, 2]
     for k in l1:
         assert abs(l1[k] - l2[k]) / l1[k] < 1e-5
