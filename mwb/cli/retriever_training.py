@@ -145,7 +145,8 @@ def dpr(data, valid, hard_negatives, **kw):
 @click.option("--evidence", default=None, type=click.Path(), help="Evidence TSV (id<TAB>text<TAB>title).")
 @click.option("--questions", default=None, type=click.Path(),
               help="Questions: question<TAB>[\"answer\", ...] or jsonl (records with split=train train; default "
-                   "split: every 4th held out).")
+                   "split: every 4th held out), or 'mss': one masked-salient-span question per passage of --evidence, "
+                   "written to OUT/mss_questions.jsonl (mwb.retrieval.mss_question_file).")
 @click.option("--refresh-every", type=click.IntRange(min=0), default=8, show_default=True,
               help="Re-embed the evidence every N steps (0: never).")
 @click.option("--indexer-ranks", type=click.IntRange(min=0), default=0, show_default=True,
@@ -158,11 +159,16 @@ def e2e_qa(retriever, reader, method, top_k, evidence, questions, refresh_every,
            eval_questions, **kw):
     from mwb.core.config import RunConfig, update
     from mwb.core.presets import apply_preset
+    from mwb.retrieval.mss_question_file import MSS, mss_question_file
     from mwb.retrieval.e2e.refresh import RefreshConfig
     from mwb.retrieval.e2e.scoring import keep_passage_length
     from mwb.retrieval.e2e.train import DEFAULTS, plan_run, train_e2e
 
     out = kw.get("out") or default_out("finetune-e2e-qa")
+    if questions == MSS:
+        questions, n = mss_question_file(evidence, out)
+        click.echo(f"mwb: {n} masked-salient-span questions from {evidence or 'the bundled passages'}: {questions}",
+                   err=True)
     base = update(apply_preset(RunConfig(), "bert-tiny"), DEFAULTS)
     base, plan = plan_run(base, retriever, reader, method, top_k, evidence, questions,
                           RefreshConfig(every=refresh_every, indexer_ranks=indexer_ranks), reader_length,

