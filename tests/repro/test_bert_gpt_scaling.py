@@ -6,9 +6,11 @@ sample; the gpu and paper scales dry-run (the paper's Table 5 beside the paper t
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import statistics
 
+import numpy as np
 import pytest
 from seqeval.metrics import f1_score
 
@@ -143,3 +145,65 @@ def test_gpu_scale_is_declared_and_dry_runs(capsys):
     pre = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb pretrain bert")]
     assert len(pre) == 9 and all(a[a.index("--precision") + 1] == "bf16" for a in pre)
     assert not any("--train-examples" in x for x in stdout.splitlines())  # all training data at gpu scale
+
+
+def test_cpu_scale_pretrains_each_size_long_enough_at_its_piloted_lr(capsys):
+    from mwb.repro.experiments.bert_gpt_scaling_scales import CPU_PT_LR
+    code, stdout, err = run_cli(["repro", "bert-gpt-scaling", "--scale", "cpu", "--dry-run"], capsys)
+    assert code == 0, err
+    pre = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb pretrain bert")]
+    assert len(pre) == 5 * len(SIZES)  # 5 seeds
+    for a in pre:
+        size = a[a.index("--out") + 1].split("/")[-3]
+        assert a[a.index("--lr") + 1] == f"{CPU_PT_LR[size]:g}"
+        assert (a[a.index("--steps") + 1], a[a.index("--global-batch-size") + 1], a[a.index("--seq-length") + 1]) == \
+            ("600", "16", "128")  # 1,228,800 tokens per size, 4 x the first recipe's
+        assert "train.eval_steps=8" in a  # the last step's dev MLM loss, over 8 batches
+
+
+def test_unigram_plateau_is_the_entropy_of_the_corpus_token_frequencies(tmp_path):
+    from scipy.stats import entropy
+
+    from mwb.core.data.indexed import IndexedDatasetWriter
+    from mwb.repro.experiments.bert_gpt_scaling_pilot import unigram_entropy
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 50, size=int(n)) for n in rng.integers(5, 40, size=30)]
+    prefix = str(tmp_path / "corpus")
+    with IndexedDatasetWriter(prefix, np.uint16) as w:
+        for d in docs:
+            w.add_document(np.append(d, 0), None)  # 0: the end-of-document id, left out below
+    counts = np.bincount(np.concatenate(docs), minlength=50)
+    counts[0] = 0
+    assert unigram_entropy(prefix, (0,)) == pytest.approx(entropy(counts[counts > 0]), rel=1e-12)
+
+
+def test_lr_pilot_rule_takes_each_sizes_lowest_dev_loss(tmp_path):
+    from mwb.repro.experiments.bert_gpt_scaling_pilot import CANDIDATES, PILOT_SEEDS, choose, run_pilot
+    assert choose({5e-4: 6.0, 1e-3: 5.5, 2e-3: 5.8}) == 1e-3
+    assert choose({5e-4: 5.505, 1e-3: 5.5, 2e-3: float("nan")}) == 5e-4  # a tie within 0.01: the smaller lr
+    assert choose({5e-4: None, 2e-3: float("inf")}) is None
+    assert not set(PILOT_SEEDS) & set(range(5)) and 97 not in PILOT_SEEDS
+    best = {SMALL: 2e-3, MEDIUM: 1e-3, LARGE: 5e-4}
+    ran = []
+
+    def invoke(argv):  # a pretraining whose dev loss is lowest at the size's `best` lr; 2e-3 diverges for large
+        ran.append(argv)
+        out = argv[argv.index("--out") + 1]
+        size, lr = out.split("/")[-4], float(argv[argv.index("--lr") + 1])
+        loss = float("nan") if (size == LARGE and lr == 2e-3) else 5.0 + abs(np.log(lr / best[size]))
+        os.makedirs(os.path.join(out, "checkpoints"))
+        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps({"step": 600, "lm_loss": 1.0}) + "\n")  # a training record: not the dev loss
+            f.write(json.dumps({"step": 600, "split": "valid", "lm_loss": loss}) + "\n")
+
+    result = run_pilot(str(tmp_path), invoke, plateau=5.8)
+    assert all(a[1:3] == ["pretrain", "bert"] for a in ran)  # the rule reads no fine-tuning number
+    assert len(ran) == len(SIZES) * len(CANDIDATES) * len(PILOT_SEEDS)
+    assert {a[a.index("--lr") + 1] for a in ran} == {"0.0005", "0.001", "0.002"}
+    assert result["chosen"] == best
+    assert result["leaves_plateau"] == {SMALL: True, MEDIUM: True, LARGE: True}  # 5.0 <= 5.8 - 0.5
+    assert not any(os.path.isdir(os.path.join(os.path.dirname(a[a.index("--out") + 1]), "pretrain", "checkpoints"))
+                   for a in ran)
+    again = run_pilot(str(tmp_path / "b"), invoke, plateau=5.4)
+    assert again["leaves_plateau"] == {SMALL: False, MEDIUM: False, LARGE: False}
+    assert json.loads((tmp_path / "pilot.json").read_text())["chosen"] == {k: v for k, v in best.items()}

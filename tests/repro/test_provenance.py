@@ -14,6 +14,7 @@ from mwb.core.config import ConfigError
 from mwb.evaluation import stats
 from mwb.repro import registry, runner
 from mwb.repro.api import Comparison, Pilot
+from mwb.repro.experiments import sgeat_pilot
 from mwb.repro.runner import check_clean, plan_run, run_experiment
 from tests.helpers.cli import run_cli
 from tests.repro.test_repro_framework import FakeEval, Toy, toy_records
@@ -116,5 +117,7 @@ def test_pilots_on_report_seeds_must_say_so():
     with pytest.raises(ValueError, match="report seeds"):
         registry.register("toy-piloted")(Piloted)
     sgeat = registry.get_experiment("sgeat")
-    assert [(p.setting, p.chosen, p.seeds) for p in sgeat.pilots] == [("lr", "1e-4", (0,))]
-    assert "report seed" in sgeat.pilots[0].overlap_note
+    assert [(p.setting, p.chosen, p.seeds) for p in sgeat.pilots] == [("lr", "1e-4", (100, 101))]
+    assert sgeat.pilots[0].overlap_note == ""
+    rule = dict(zip((3e-5, 1e-4, 3e-4), ((0.0063, -0.024), (0.0778, 0.0285), (0.7811, 0.5133))))
+    assert sgeat_pilot.choose(rule) == float(sgeat.pilots[0].chosen)

@@ -35,7 +35,7 @@ from mwb.tasks.bio.wnut16 import DATA as WNUT16
 from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, PlanSpec, Scale
 from ..registry import register
 from . import bert_gpt_scaling_scales as gs
-from .biomegatron_scales import last_train_value, sets
+from .biomegatron_scales import last_train_value, last_valid_value, sets
 
 SHOEYBI = Paper("Shoeybi et al. 2019", "1909.08053",
                 "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism")
@@ -97,13 +97,17 @@ class BertGptScaling(Experiment):
             return os.path.join(cell_dir, *parts)
 
         precision = ["--precision", p["precision"]] if p.get("precision") else []
+        # the last step's dev MLM loss (the pilot's rule and each cell's details) over this many batches
+        dev_steps = ["--set", f"train.eval_steps={p['pt_eval_steps']}"] if p.get("pt_eval_steps") else []
         paper = scale.name == "paper"
         data = ["--data", options["pretrain_data"], "--tokenizer", options["tokenizer"]] if paper else []
         cmds = [["mwb", "pretrain", "bert", "--preset", p["preset"], *sets(p["shapes"][condition]), *data,
                  "--steps", str(p["pt_steps"]), "--global-batch-size", str(p["pt_batch"]), "--micro-batch-size",
-                 str(p.get("pt_micro", p["pt_batch"])), "--seq-length", str(p["pt_seq"]), "--lr", f"{p['pt_lr']:g}",
+                 str(p.get("pt_micro", p["pt_batch"])), "--seq-length", str(p["pt_seq"]),
+                 "--lr", f"{pretrain_lr(p, condition):g}",
                  "--set", f"optim.decay_steps={p['pt_steps']}", "--set", f"optim.warmup_steps={p['pt_warmup']}",
-                 *precision, "--eval-interval", "0", "--seed", str(seed), *LOGGING, "--out", at("pretrain")]]
+                 *precision, "--eval-interval", "0", *dev_steps, "--seed", str(seed), *LOGGING,
+                 "--out", at("pretrain")]]
 
         def finetune(task, out, n, seq, extra=(), **kw):
             batch, lr, epochs = kw.get("batch", p["ft_batch"]), kw.get("lr", p["ft_lr"]), kw.get("epochs", p["epochs"])
@@ -178,15 +182,23 @@ class BertGptScaling(Experiment):
             squad2 = _metrics(os.path.join(cell_dir, "squad20"))
             metrics["squad20_f1"] = float(squad2.get("best_f1", squad2["f1"])) / 100.0
             metrics["race_accuracy"] = float(_metrics(os.path.join(cell_dir, "race_test"))["accuracy"])
-        details = {"shape": scale.params["shapes"][condition],
-                   "pretrain_last_mlm_loss": last_train_value(os.path.join(cell_dir, "pretrain", "metrics.jsonl"),
-                                                              "lm_loss")}
+        log = os.path.join(cell_dir, "pretrain", "metrics.jsonl")
+        details = {"shape": scale.params["shapes"][condition], "pretrain_lr": pretrain_lr(scale.params, condition),
+                   "pretrain_last_mlm_loss": last_train_value(log, "lm_loss"),
+                   "pretrain_dev_mlm_loss": last_valid_value(log, "lm_loss")}
         return CellResult(metrics, records, details)
 
     # ---------------------------------------------------------------------------------------- reporting
 
     def scope(self, scale: Scale) -> str:
         return gs.scope(scale)
+
+
+def pretrain_lr(p: dict, size: str) -> float:
+    """A scale's pretraining lr for ``size``: one number for every size, or one per size (the cpu scale's,
+    which its pilot chose)."""
+    lr = p["pt_lr"]
+    return float(lr[size] if isinstance(lr, dict) else lr)
 
 
 def _metrics(run_dir: str) -> dict:

@@ -58,12 +58,22 @@ def sets(model: dict) -> list[str]:
 
 def last_train_value(path: str, key: str):
     """The last training record's ``key`` in a run's ``metrics.jsonl`` (None if absent)."""
+    return _last_value(path, key, lambda rec: "split" not in rec)
+
+
+def last_valid_value(path: str, key: str):
+    """The last validation record's ``key`` in a run's ``metrics.jsonl`` (None if absent): e.g. the dev MLM
+    loss that ``mwb pretrain`` measures at its last step."""
+    return _last_value(path, key, lambda rec: rec.get("split") == "valid")
+
+
+def _last_value(path: str, key: str, wanted):
     value = None
     try:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 rec = json.loads(line)
-                if "split" not in rec and key in rec:
+                if wanted(rec) and key in rec:
                     value = rec[key]
     except (OSError, json.JSONDecodeError):
         return None

@@ -17,6 +17,8 @@ import dataclasses
 import json
 import os
 
+from mwb.core.atomic import atomic_write_json
+
 from ..registry import get_experiment
 from ..runner import subprocess_invoke
 
@@ -58,8 +60,7 @@ def run_pilot(out: str, invoke=subprocess_invoke) -> dict:
                 rows.append({"lr": lr, "seed": s, "condition": c, "ppl": ppl, "base_ppl": base[s]})
         rises[lr] = tuple(sum(v) / len(v) for v in per.values())
     result = {"rows": rows, "mean_rise": {f"{lr:g}": r for lr, r in rises.items()}, "chosen": choose(rises)}
-    with open(os.path.join(out, "pilot.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    atomic_write_json(os.path.join(out, "pilot.json"), result)
     return result
 
 
