@@ -12,6 +12,7 @@ import pytest
 from scipy import stats as sps
 
 from mwb.core.config import ConfigError
+from mwb.core.errors import DataError
 from mwb.evaluation import stats
 from mwb.evaluation.predictions import aggregate, read_predictions
 from mwb.repro.experiments import e2e_odqa
@@ -187,9 +188,11 @@ def test_paper_scale_dry_run_needs_the_data_and_prints_the_plan(capsys):
 
 
 def test_cpu_scale_starts_every_cell_from_pretrained_weights_on_mss_questions():
-    """The design fixed before the cpu report: no from-scratch start, the same pretrained retriever (e2e-qa's
-    default, all-MiniLM-L6-v2) and reader (minilm-l6) in every cell, the MSS questions the bundled passages
-    answer, and every held-out one of them (the count the scope states) evaluated in every seed."""
+    """The design fixed before the cpu report: no from-scratch start; the same pretrained retriever (e2e-qa's
+    default, all-MiniLM-L6-v2) in every cell and, per seed, one reader trained alone from minilm-l6 on the MSS
+    training questions (``qa-reader --questions mss``) that the seed's three conditions all start from; the MSS
+    questions the bundled passages answer, and every held-out one of them (the count the scope states)
+    evaluated in every seed."""
     from mwb.repro.runner import dry_run, plan_run
     from mwb.retrieval.e2e.train import split_questions
     from mwb.retrieval.inputs import BUNDLED_EVIDENCE
@@ -198,11 +201,35 @@ def test_cpu_scale_starts_every_cell_from_pretrained_weights_on_mss_questions():
     scale = exp.scales["cpu"]
     text = dry_run(plan_run(exp, "cpu", out="/tmp/x"))
     lines = [shlex.split(x) for x in text.splitlines() if x.startswith("mwb ")]
-    assert lines and all(a[1:3] == ["finetune", "e2e-qa"] for a in lines)
-    assert len(lines) == len(CONDITIONS) * scale.seeds
-    for a in lines:
-        assert "--retriever" not in a and a[a.index("--reader") + 1] == "minilm-l6"
+    joint = [a for a in lines if a[1:3] == ["finetune", "e2e-qa"]]
+    starts = [a for a in lines if a[1:3] == ["finetune", "qa-reader"]]
+    assert len(joint) == len(CONDITIONS) * scale.seeds and len(starts) == scale.seeds
+    assert len(lines) == len(joint) + len(starts)
+    for a in starts:
+        seed = a[a.index("--seed") + 1]
+        assert a[a.index("--questions") + 1] == "mss" and a[a.index("--checkpoint") + 1] == "minilm-l6"
+        assert a[a.index("--max-questions") + 1] == "0" and a[-1] == f"/tmp/x/start/seed{seed}/reader"
+    assert sorted(a[a.index("--seed") + 1] for a in starts) == [str(s) for s in range(scale.seeds)]
+    for a in joint:
+        seed = a[a.index("--seed") + 1]
+        assert "--retriever" not in a and a[a.index("--reader") + 1] == f"/tmp/x/start/seed{seed}/reader"
         assert a[a.index("--questions") + 1] == "mss" and a[a.index("--eval-questions") + 1] == "0"
     held = len(split_questions(evidence_questions(BUNDLED_EVIDENCE))[1])
     assert held >= 100 and f"every held-out MSS question ({held})" in exp.scope(scale)
     assert [c for c in exp.comparisons if c.headline][0].metric == "em"
+
+
+def test_cpu_reader_start_is_made_once_per_seed_and_checked(tmp_path):
+    calls = []
+
+    def invoke(argv):
+        calls.append(argv)
+        os.makedirs(os.path.join(argv[-1], "checkpoints"), exist_ok=True)
+
+    p = e2e_odqa.SCALES["cpu"].params
+    start = str(tmp_path / "start" / "seed1")
+    e2e_odqa.ensure_start(p, 1, start, invoke)
+    e2e_odqa.ensure_start(p, 1, start, invoke)
+    assert [a[:3] for a in calls] == [["mwb", "finetune", "qa-reader"]] and calls[0][-1] == os.path.join(start, "reader")
+    with pytest.raises(DataError, match="has no checkpoint"):
+        e2e_odqa.ensure_start(p, 2, str(tmp_path / "start" / "seed2"), lambda argv: None)

@@ -19,12 +19,18 @@ trained on the shared trainer by :mod:`mwb.retrieval.readers.training`.
 one salient span (a name or a date) written as a what/when question, whose answer is in the passage it came
 from (:func:`mwb.retrieval.salient_spans.mss_questions`; masked salient spans as REALM and Sachan et al.
 use them, for the reader). They cost no labels and teach a causal reader to read; dev keeps real questions.
+``--questions mss`` reads no question file: the questions are the *training* questions of ``mwb finetune
+e2e-qa --questions mss`` on the same ``--evidence`` (:mod:`mwb.retrieval.mss_question_file`, every 4th held
+out by e2e-qa and never read here), split four in five / every fifth as above: Sachan et al.'s reader
+training before joint training, whose checkpoint an ``e2e-qa`` run can start from (``--reader``) and then be
+evaluated on questions this reader never saw.
 Metrics: SQuAD exact match and F1 against any gold answer, and how many questions had a gold answer in their
 passages (the reader's ceiling for extractive answers).
 """
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 from mwb.core.config import ConfigError
 from mwb.evaluation.metrics import squad_exact_match, squad_f1
@@ -34,6 +40,8 @@ from mwb.retrieval.readers import training as reader_training
 from mwb.retrieval.readers.base import KINDS, ReaderConfig, holds_answer
 from mwb.retrieval.readers.loading import load_reader
 from mwb.retrieval.salient_spans import mss_questions
+from mwb.retrieval.mss_question_file import MSS, evidence_questions
+from mwb.retrieval.e2e.train import answerable, split_questions
 from mwb.retrieval.qa_system import RandomRetriever
 from mwb.retrieval.inputs import BUNDLED_EVIDENCE, BUNDLED_REAL_QUESTIONS, read_evidence, read_questions
 
@@ -75,6 +83,8 @@ class QAReader(Task):
         "max_questions": Option(int, 500, low=0, help="questions kept, evenly spread over the file (0: all)"),
         "answerable_only": Option(bool, False, "train only on questions whose passages hold a gold answer "
                                                "(DPR's reader training; dev and evaluation keep every question)"),
+        "questions": Option(str, None, "mss: e2e-qa --questions mss's training questions made from --evidence "
+                                       "(its held-out quarter never read; no --data)"),
         "mss_questions": Option(int, 0, low=0, help="add N questions made from the evidence's salient spans to the "
                                         "training split (answers in their passages; no labels)"),
     }
@@ -90,6 +100,8 @@ class QAReader(Task):
             raise ConfigError("--top-k must be at least 1")
         if self.opts["mss_questions"] < 0:
             raise ConfigError("--mss-questions must be 0 or more")
+        if self.opts["questions"] not in (None, MSS):
+            raise ConfigError(f"--questions must be '{MSS}' (or left out for --data), got '{self.opts['questions']}'")
         self.reader = self.opts["reader"]
         self.reader_config = ReaderConfig(seq_length=self.opts["reader_length"],
                                           max_answer_tokens=self.opts["answer_length"],
@@ -124,8 +136,20 @@ class QAReader(Task):
             self._bm25 = BM25Retriever(ev)
         return self._bm25.search(questions, k)[1].tolist()
 
+    def data_path(self, path: Optional[str]) -> str:
+        """With ``--questions mss`` the evidence is the data (a ``--data`` file would be ignored, so it is refused)."""
+        if self.opts["questions"] == MSS:
+            if path:
+                raise ConfigError(f"--questions {MSS} makes its questions from --evidence: drop --data {path}")
+            return self.opts["evidence"] or BUNDLED_EVIDENCE
+        return super().data_path(path)
+
     def read(self, path: str, split: str) -> list[dict]:
-        qs, n = read_questions(path), self.opts["max_questions"]
+        n = self.opts["max_questions"]
+        if self.opts["questions"] == MSS:  # e2e-qa's own split: its answerable questions, every 4th held out
+            qs = split_questions(answerable(evidence_questions(path), self.evidence()))[0]
+        else:
+            qs = read_questions(path)
         qs = [{**q, "index": i} for i, q in enumerate(qs)]  # the line in the file: the question's id
         if n and len(qs) > n:  # an even spread keeps every dataset of a file grouped by dataset
             qs = [qs[i * len(qs) // n] for i in range(n)]

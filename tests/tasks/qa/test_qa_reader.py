@@ -146,3 +146,39 @@ def test_mss_questions_join_the_training_split_only(tmp_path, capsys):
     assert "--mss-questions 9: the evidence gives 3" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--mss-questions"):
         QAReader(mss_questions=-1)
+
+
+def test_questions_mss_reads_e2e_qa_training_questions_only_and_trains(tmp_path, capsys):
+    """``--questions mss``: exactly the questions ``e2e-qa --questions mss`` trains on (its answerable MSS
+    questions minus every 4th), none it holds out, split four in five / every fifth; ``--data`` beside it is
+    refused; a tiny extractive reader trains on them end to end."""
+    from mwb.retrieval.e2e.train import answerable, split_questions
+    from mwb.retrieval.mss_question_file import evidence_questions
+    from mwb.tasks.qa.reader import QAReader
+    texts = [f"{name} was born in {1700 + 7 * i} in the town of {town}." for i, (name, town) in enumerate(
+        [("Ada Lindqvist", "Drenford"), ("Paulo Brenner", "Quillport"), ("Isaac Newton", "Grantham"),
+         ("Marie Curie", "Warsaw"), ("Tamsin Orvik", "Harrow"), ("Jonas Vekra", "Castell"),
+         ("Elena Pellan", "Zorbland"), ("Otto Heron", "Tamsin"), ("Greta Stripe", "Marlow")])]
+    ev = tmp_path / "evidence.tsv"
+    ev.write_text("id\ttext\ttitle\n" + "".join(f"p{i}\t{t}\tT{i}\n" for i, t in enumerate(texts)))
+    train, held = split_questions(answerable(evidence_questions(str(ev)), read_evidence(str(ev))))
+    assert len(train) >= 6 and len(held) >= 2
+    task = QAReader(evidence=str(ev), top_k=1, max_questions=0, questions="mss")
+    path = task.data_path(None)
+    read = {s: [e["question"] for e in task.read(path, s)] for s in ("train", "dev")}
+    assert read["train"] + read["dev"] != [] and sorted(read["train"] + read["dev"]) == sorted(
+        q["question"] for q in train)
+    assert read["dev"] == [q["question"] for i, q in enumerate(train) if i % 5 == 4]
+    with pytest.raises(ConfigError, match="drop --data"):
+        task.data_path(str(ev))
+    with pytest.raises(ConfigError, match="--questions must be"):
+        QAReader(questions="real")
+    base = tiny_checkpoint(str(tmp_path / "bert"), "bert-tiny", seq=64, num_layers=1, hidden_size=32,
+                           num_attention_heads=2, max_position_embeddings=64)
+    run = str(tmp_path / "reader")
+    code, _, err = run_cli(["finetune", "qa-reader", "--questions", "mss", "--evidence", str(ev), "--checkpoint", base,
+                            "--max-questions", "0", "--top-k", "1", "--reader-length", "48", "--epochs", "1",
+                            "--micro-batch-size", "2", "--global-batch-size", "2", "--out", run], capsys)
+    assert code in (0, None), err
+    assert json.load(open(os.path.join(run, "results.json")))["metrics"]["count"] == len(read["dev"])
+    assert load_reader(run, "cpu", ReaderConfig(seq_length=48)).kind == "extractive"
