@@ -146,13 +146,18 @@ def test_rerun_reuses_cells_and_start(smoke):
     assert marker.stat().st_mtime_ns == before
 
 
-def test_ensure_start_reruns_only_a_missing_or_different_start(tmp_path):
+def _recording_invoke():
+    """(calls, invoke): an invoke that records each command and leaves a checkpoint at its --out (last arg)."""
     calls = []
 
     def invoke(argv):
         calls.append(argv)
         os.makedirs(os.path.join(argv[-1], "checkpoints"), exist_ok=True)
+    return calls, invoke
 
+
+def test_ensure_start_reruns_only_a_missing_or_different_start(tmp_path):
+    calls, invoke = _recording_invoke()
     p = e2e_odqa.SCALES["smoke"].params
     start = str(tmp_path / "start" / "seed3")
     e2e_odqa.ensure_start(p, 3, start, invoke)
@@ -220,12 +225,7 @@ def test_cpu_scale_starts_every_cell_from_pretrained_weights_on_mss_questions():
 
 
 def test_cpu_reader_start_is_made_once_per_seed_and_checked(tmp_path):
-    calls = []
-
-    def invoke(argv):
-        calls.append(argv)
-        os.makedirs(os.path.join(argv[-1], "checkpoints"), exist_ok=True)
-
+    calls, invoke = _recording_invoke()
     p = e2e_odqa.SCALES["cpu"].params
     start = str(tmp_path / "start" / "seed1")
     e2e_odqa.ensure_start(p, 1, start, invoke)

@@ -106,7 +106,7 @@ class QAReader(Task):
         self.reader_config = ReaderConfig(seq_length=self.opts["reader_length"],
                                           max_answer_tokens=self.opts["answer_length"],
                                           answer_length=self.opts["answer_length"])
-        self._evidence = self._bm25 = None
+        self._evidence = self._bm25 = self._mss_train = None
 
     @classmethod
     def trainable(cls) -> bool:
@@ -147,7 +147,9 @@ class QAReader(Task):
     def read(self, path: str, split: str) -> list[dict]:
         n = self.opts["max_questions"]
         if self.opts["questions"] == MSS:  # e2e-qa's own split: its answerable questions, every 4th held out
-            qs = split_questions(answerable(evidence_questions(path), self.evidence()))[0]
+            if self._mss_train is None:  # train and dev both read it: made once
+                self._mss_train = split_questions(answerable(evidence_questions(path), self.evidence()))[0]
+            qs = self._mss_train
         else:
             qs = read_questions(path)
         qs = [{**q, "index": i} for i, q in enumerate(qs)]  # the line in the file: the question's id
