@@ -9,21 +9,18 @@ Default questions: the bundled real DPR questions whose answer the evidence hold
 ``--max-questions`` (500) of them spread evenly over the file. Splits: ``train`` is four questions in five,
 ``dev`` every fifth, ``all`` everything (a file the reader never trained on).
 
-Inputs/objective: the reader of ``--reader`` — extractive (a BERT span reader; default start ``minilm-l6``),
-fid (T5 Fusion-in-Decoder; start from a T5 such as ``mwb pretrain t5``) or causal (a decoder-only LM that
-answers after the passages; default start ``smollm2-135m``) — :mod:`mwb.retrieval.readers`,
-trained on the shared trainer by :mod:`mwb.retrieval.readers.training`.
-``--answerable-only`` trains only on questions whose passages hold a gold answer, as DPR trains its reader
-(a generative reader trained on the others learns to answer from its own weights, not from the passages).
-``--mss-questions N`` adds N questions made from the evidence itself to the training split: a sentence with
-one salient span (a name or a date) written as a what/when question, whose answer is in the passage it came
-from (:func:`mwb.retrieval.salient_spans.mss_questions`; masked salient spans as REALM and Sachan et al.
-use them, for the reader). They cost no labels and teach a causal reader to read; dev keeps real questions.
-``--questions mss`` reads no question file: the questions are the *training* questions of ``mwb finetune
-e2e-qa --questions mss`` on the same ``--evidence`` (:mod:`mwb.retrieval.mss_question_file`, every 4th held
-out by e2e-qa and never read here), split four in five / every fifth as above: Sachan et al.'s reader
-training before joint training, whose checkpoint an ``e2e-qa`` run can start from (``--reader``) and then be
-evaluated on questions this reader never saw.
+Inputs/objective: the reader of ``--reader`` (:mod:`mwb.retrieval.readers`, trained on the shared trainer by
+:mod:`mwb.retrieval.readers.training`): extractive (a BERT span reader; default start ``minilm-l6``), fid (T5
+Fusion-in-Decoder; start from a T5 such as ``mwb pretrain t5``) or causal (a decoder-only LM answering after the
+passages; default start ``smollm2-135m``). ``--answerable-only`` trains only on questions whose passages hold a
+gold answer, as DPR does (a generative reader trained on the others learns to answer from its own weights).
+``--mss-questions N`` adds N label-free questions made from the evidence to the training split (a sentence's
+salient name or date as a what/when question, answered in its passage: REALM's and Sachan et al.'s masked
+salient spans, :func:`mwb.retrieval.salient_spans.mss_questions`); dev keeps real questions.
+``--questions mss`` reads no question file: the questions are ``mwb finetune e2e-qa --questions mss``'s
+*training* questions on the same ``--evidence`` (:mod:`mwb.retrieval.mss_question_file`; e2e-qa's held-out
+quarter is never read), split as above: the reader training before joint training that an ``e2e-qa`` run
+starts from (``--reader``) and is then evaluated on questions this reader never saw.
 Metrics: SQuAD exact match and F1 against any gold answer, and how many questions had a gold answer in their
 passages (the reader's ceiling for extractive answers).
 """
@@ -71,37 +68,26 @@ class QAReader(Task):
                                    "the bundled passages hold the answer for about 11% of the bundled questions), "
                                    "--answerable-only, more --epochs and a larger reader (--checkpoint).")
     options = {
-        "split": Option(str, None, "train, dev (every fifth question) or all (default: dev)"),
+        "split": Option(str, None, "train, dev (every fifth question) or all (default: dev)", choices=SPLITS),
         "batch_size": Option(int, 8, low=1, help="Questions per forward pass (evaluation)."),
-        "reader": Option(str, "extractive", choices=("extractive", "fid", "causal"),
+        "reader": Option(str, "extractive", choices=KINDS,
                          help="extractive (BERT spans), fid (T5 FiD) or causal (GPT/Llama)"),
         "evidence": Option(str, None, "evidence TSV: id<TAB>text<TAB>title (default: bundled Wikipedia sample)"),
         "top_k": Option(int, 5, low=1, help="passages per question"),
-        "passages": Option(str, "bm25", choices=("bm25", "random"), help="bm25 (retrieved) or random (a control)"),
+        "passages": Option(str, "bm25", choices=PASSAGES, help="bm25 (retrieved) or random (a control)"),
         "reader_length": Option(int, 192, low=1, help="tokens per question + passage input"),
         "answer_length": Option(int, 16, low=1, help="FiD/causal: answer tokens; extractive: longest span (tokens)"),
         "max_questions": Option(int, 500, low=0, help="questions kept, evenly spread over the file (0: all)"),
         "answerable_only": Option(bool, False, "train only on questions whose passages hold a gold answer "
                                                "(DPR's reader training; dev and evaluation keep every question)"),
         "questions": Option(str, None, "mss: e2e-qa --questions mss's training questions made from --evidence "
-                                       "(its held-out quarter never read; no --data)"),
+                                       "(its held-out quarter never read; no --data)", choices=(MSS,)),
         "mss_questions": Option(int, 0, low=0, help="add N questions made from the evidence's salient spans to the "
                                         "training split (answers in their passages; no labels)"),
     }
 
     def __init__(self, **opts) -> None:
-        super().__init__(**opts)
-        for key, allowed in (("reader", KINDS), ("passages", PASSAGES)):
-            if self.opts[key] not in allowed:
-                raise ConfigError(f"--{key} must be one of {', '.join(allowed)}, got '{self.opts[key]}'")
-        if self.opts["split"] not in (None, *SPLITS):
-            raise ConfigError(f"--split must be one of {', '.join(SPLITS)}")
-        if self.opts["top_k"] < 1:
-            raise ConfigError("--top-k must be at least 1")
-        if self.opts["mss_questions"] < 0:
-            raise ConfigError("--mss-questions must be 0 or more")
-        if self.opts["questions"] not in (None, MSS):
-            raise ConfigError(f"--questions must be '{MSS}' (or left out for --data), got '{self.opts['questions']}'")
+        super().__init__(**opts)  # Option.check refuses a value outside its choices or bounds
         self.reader = self.opts["reader"]
         self.reader_config = ReaderConfig(seq_length=self.opts["reader_length"],
                                           max_answer_tokens=self.opts["answer_length"],

@@ -171,7 +171,7 @@ def test_questions_mss_reads_e2e_qa_training_questions_only_and_trains(tmp_path,
     assert read["dev"] == [q["question"] for i, q in enumerate(train) if i % 5 == 4]
     with pytest.raises(ConfigError, match="drop --data"):
         task.data_path(str(ev))
-    with pytest.raises(ConfigError, match="--questions must be"):
+    with pytest.raises(ConfigError, match="--questions must be one of mss"):
         QAReader(questions="real")
     base = tiny_checkpoint(str(tmp_path / "bert"), "bert-tiny", seq=64, num_layers=1, hidden_size=32,
                            num_attention_heads=2, max_position_embeddings=64)
