@@ -152,12 +152,12 @@ def test_cpu_scale_pretrains_each_size_long_enough_at_its_piloted_lr(capsys):
     code, stdout, err = run_cli(["repro", "bert-gpt-scaling", "--scale", "cpu", "--dry-run"], capsys)
     assert code == 0, err
     pre = [shlex.split(x) for x in stdout.splitlines() if x.startswith("mwb pretrain bert")]
-    assert len(pre) == 5 * len(SIZES)  # 5 seeds
+    assert len(pre) == 3 * len(SIZES)  # 3 seeds (5 would take about two hours)
     for a in pre:
         size = a[a.index("--out") + 1].split("/")[-3]
         assert a[a.index("--lr") + 1] == f"{CPU_PT_LR[size]:g}"
         assert (a[a.index("--steps") + 1], a[a.index("--global-batch-size") + 1], a[a.index("--seq-length") + 1]) == \
-            ("600", "16", "128")  # 1,228,800 tokens per size, 4 x the first recipe's
+            ("2000", "16", "128")  # 4,096,000 tokens per size: the second recipe's 600 steps stayed on the plateau
         assert "train.eval_steps=8" in a  # the last step's dev MLM loss, over 8 batches
 
 
@@ -182,7 +182,7 @@ def test_lr_pilot_rule_takes_each_sizes_lowest_dev_loss(tmp_path):
     assert choose({5e-4: 6.0, 1e-3: 5.5, 2e-3: 5.8}) == 1e-3
     assert choose({5e-4: 5.505, 1e-3: 5.5, 2e-3: float("nan")}) == 5e-4  # a tie within 0.01: the smaller lr
     assert choose({5e-4: None, 2e-3: float("inf")}) is None
-    assert not set(PILOT_SEEDS) & set(range(5)) and 97 not in PILOT_SEEDS
+    assert not set(PILOT_SEEDS) & set(range(5)) and not set(PILOT_SEEDS) & {97, 98}  # the earlier recipes' pilots
     best = {SMALL: 2e-3, MEDIUM: 1e-3, LARGE: 5e-4}
     ran = []
 

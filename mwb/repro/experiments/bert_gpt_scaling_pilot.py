@@ -1,7 +1,8 @@
 """The bert-gpt-scaling cpu scale's pretraining-lr pilot, per size, at a seed no report uses, run before the report.
 
-Rule, written before the pilot ran: each size pretrains with the cpu scale's own command (600 steps of 16 × 128
-tokens) at each of the candidate lrs 5e-4, 1e-3 and 2e-3 and pilot seed 98; the size takes the lr whose last-step
+Rule, written before the pilot ran: each size pretrains with the cpu scale's own command (2,000 steps of 16 × 128
+tokens; 600 in the second recipe, piloted at seed 98) at each of the candidate lrs 5e-4, 1e-3 and 2e-3 and pilot
+seed 99; the size takes the lr whose last-step
 dev MLM loss (``mwb pretrain``'s validation at its last step, over the scale's ``pt_eval_steps`` batches of the
 bundled corpus's held-out split), averaged over the pilot seeds, is lowest; a run whose loss is not finite is
 out, and a tie within 0.01 nats goes to the smaller lr. The rule reads no fine-tuning number, so the headline
@@ -34,7 +35,7 @@ from ..runner import subprocess_invoke
 from .biomegatron_scales import last_valid_value
 
 CANDIDATES = (5e-4, 1e-3, 2e-3)
-PILOT_SEEDS = (98,)  # report seeds are 0..4; the first recipe's pilots used 97
+PILOT_SEEDS = (99,)  # report seeds are 0..4; the first recipe's pilots used 97, the second's 98
 PLATEAU_MARGIN = 0.5  # nats below the unigram entropy
 TIE = 0.01
 

@@ -34,8 +34,16 @@ pretraining that stayed stable at every size; small learns BBC weakly under it (
 a single WNUT-16 entity (small in every recipe, medium in the 2 of 4 epochs it finished): WNUT does not learn
 at this budget.
 
-The second recipe (issue 48), the cpu scale now: 4 × the tokens (600 steps × 16 × 128) and one lr per size,
-each chosen by :mod:`.bert_gpt_scaling_pilot`'s rule, written before it ran, at seed 98.
+The second recipe (issue 48): 4 × the tokens (600 steps × 16 × 128, lr decayed over those 600 steps) and one
+lr per size by :mod:`.bert_gpt_scaling_pilot`'s rule. Its pilot (seed 98, 933 s alone on 2 cores) gave last-step
+dev MLM losses, at lr 5e-4 / 1e-3 / 2e-3, of small – / 6.482 / 6.440 (the 5e-4 line was not kept), medium
+6.432 / 6.180 / 6.050 and large 5.730 / 5.636 / 6.673, against a 6.308-nat unigram plateau: only large left it
+by the rule's 0.5 nats, so that recipe failed its own check and no report ran with it.
+
+The third recipe, the cpu scale now: 2,000 steps × 16 × 128 tokens (4,096,000), the bert-tiny preset's own
+schedule length, whose note records the 4 × 128 masked LM leaving the plateau after ~450 steps when the lr
+decays over 2,000 (the second recipe's decay over 600 had the lr near its floor by then), the same three
+candidate lrs and rule, at a fresh pilot seed (99). Three seeds: five would take about two hours alone.
 """
 from __future__ import annotations
 
@@ -87,10 +95,12 @@ _COMMON = {"preset": "bert-tiny", "pt_lr": 1e-3, "pt_warmup": 20, "ft_lr": 1e-3,
 # The cpu scale's pretraining lr per size: what bert_gpt_scaling_pilot's rule chose at its pilot seed (the
 # numbers are in BertGptScaling.pilots). Until that pilot has run, 1e-3 for every size, the first recipe's lr.
 CPU_PT_LR = {"small": 1e-3, "medium": 1e-3, "large": 1e-3}
-# The cpu scale's cost, estimated from the first recipe's measured per-token costs (small ≈ 11.5, medium ≈ 34,
-# large ≈ 93 CPU-s per 307,200 pretraining tokens; fine-tuning ≈ 125 s per cell) at 4 × the tokens.
-CPU_BUDGET = ("≈ 80 min on 2 quiet cores (3 sizes × 5 seeds; per seed ≈ 600 CPU-s of pretraining and ≈ 375 of "
-              "fine-tuning and testing, estimated before the report from the first recipe's measured costs)")
+# The cpu scale's cost, estimated from the second recipe's pilot (9 pretrainings of 600 steps in 933 s alone,
+# ≈ 311 s per size ladder) at 2,000 steps, and the first recipe's fine-tuning (≈ 125 s per cell).
+CPU_STEPS = 2000
+CPU_BUDGET = ("≈ 70 min on 2 quiet cores (3 sizes × 3 seeds, 5 would take ≈ 2 h; per seed ≈ 1,040 s of "
+              "pretraining and ≈ 375 of fine-tuning and testing, estimated before the report from the pilots' "
+              "measured costs)")
 SCALES = {
     "smoke": Scale("smoke", "pipeline check: BERTs of 2 × 32, 2 × 64 and 4 × 64 pretrained 4 steps of 8 × 64 "
                    "tokens, fine-tuned one epoch on 32 BBC articles and 32 WNUT-16 tweets", seeds=2,
@@ -98,13 +108,13 @@ SCALES = {
                    params={**_COMMON, "shapes": _TINY, "pt_steps": 4, "pt_batch": 8, "pt_seq": 64, "pt_warmup": 1,
                            "bbc_train": 32, "wnut_train": 32, "epochs": 1, "bbc_seq": 64, "wnut_seq": 48}),
     "cpu": Scale("cpu", "BERTs of 2 × 64, 4 × 128 and 4 × 256 (bert-tiny's post-norm, rotary positions) each "
-                 "pretrained 600 steps of 16 × 128 tokens (1,228,800 tokens) on the bundled corpus at the lr its "
+                 "pretrained 2,000 steps of 16 × 128 tokens (4,096,000 tokens) on the bundled corpus at the lr its "
                  "size's pilot chose (mwb/repro/experiments/bert_gpt_scaling_pilot.py), then fine-tuned at batch "
                  "16, lr 1e-3 (linear warm-up over 10 % of the steps, linear decay) for 3 epochs on a seeded sample "
                  "of 800 BBC articles (headline + lead, 64 tokens) and 4 epochs on 1,200 WNUT-16 tweets (48 "
-                 "tokens); tested on the fixed test splits (223 articles, 239 tweets)", seeds=5,
+                 "tokens); tested on the fixed test splits (223 articles, 239 tweets)", seeds=3,
                  budget=CPU_BUDGET,
-                 params={**_COMMON, "shapes": _CPU, "pt_steps": 600, "pt_batch": 16, "pt_seq": 128, "pt_warmup": 30,
+                 params={**_COMMON, "shapes": _CPU, "pt_steps": CPU_STEPS, "pt_batch": 16, "pt_seq": 128, "pt_warmup": 30,
                          "pt_lr": CPU_PT_LR, "pt_eval_steps": 8, "ft_warmup": 0.1, "bbc_train": 800, "bbc_seq": 64,
                          "bbc_epochs": 3, "wnut_train": 1200, "wnut_seq": 48, "epochs": 4}),
     "gpu": Scale("gpu", "BERTs of 4 × 256, 8 × 512 and 12 × 768 pretrained 2,000 steps of 64 × 128 tokens on the "
@@ -129,9 +139,11 @@ SCALES = {
 CPU_LEARNING = (
     "How this recipe was set: the first cpu report pretrained every size 300 steps of 16 × 64 tokens at one lr, "
     "which left each at or near the masked LM's unigram plateau (last MLM loss 6.1-6.8 nats; pilots in "
-    "mwb/repro/experiments/bert_gpt_scaling_scales.py) and no size predicted a single WNUT-16 entity. This "
-    "scale pretrains 4 × those tokens, and each size's lr was chosen before the report by a rule written "
-    "before its pilot (the lowest last-step dev MLM loss of 5e-4, 1e-3 and 2e-3 at pilot seed 98: "
+    "mwb/repro/experiments/bert_gpt_scaling_scales.py) and no size predicted a single WNUT-16 entity; a second "
+    "recipe of 600 steps of 16 × 128 tokens left it by 0.5 nats only at the large size in its pilot, so it "
+    "never ran. This scale pretrains 2,000 such steps (13 × the first recipe's tokens), and each size's lr was "
+    "chosen before the report by a rule written before its pilot (the lowest last-step dev MLM loss of 5e-4, "
+    "1e-3 and 2e-3 at pilot seed 99: "
     "mwb/repro/experiments/bert_gpt_scaling_pilot.py; results.json's pilots give its numbers and the corpus' "
     "unigram entropy). Each cell's details give its own last-step dev MLM loss, so whether a size left the "
     "plateau in the report's own runs can be read there.")
