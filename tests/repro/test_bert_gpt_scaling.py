@@ -207,3 +207,17 @@ def test_lr_pilot_rule_takes_each_sizes_lowest_dev_loss(tmp_path):
     again = run_pilot(str(tmp_path / "b"), invoke, plateau=5.4)
     assert again["leaves_plateau"] == {SMALL: False, MEDIUM: False, LARGE: False}
     assert json.loads((tmp_path / "pilot.json").read_text())["chosen"] == {k: v for k, v in best.items()}
+
+
+def test_declared_pilot_lrs_are_the_rules_choice_on_the_recorded_losses():
+    """``BertGptScaling.pilots`` records the pilot's losses per size; the rule applied to them must give the lr
+    the cpu scale pretrains at, on seeds no report uses."""
+    from mwb.repro.experiments.bert_gpt_scaling_pilot import PILOT_SEEDS, choose
+    from mwb.repro.experiments.bert_gpt_scaling_scales import CPU_PT_LR
+    exp = get_experiment("bert-gpt-scaling")
+    assert [p.setting for p in exp.pilots] == [f"pt_lr {s}" for s in SIZES]
+    for size, pilot in zip(SIZES, exp.pilots):
+        assert pilot.seeds == PILOT_SEEDS and not pilot.overlap_note
+        picked = choose({float(lr): loss for lr, loss in pilot.numbers.items()})
+        assert picked == float(pilot.chosen) == CPU_PT_LR[size] == exp.scales["cpu"].params["pt_lr"][size]
+    assert CPU_PT_LR == {SMALL: 2e-3, MEDIUM: 1e-3, LARGE: 1e-3}  # medium: 4.918 at 2e-3 ties 4.914 at 1e-3

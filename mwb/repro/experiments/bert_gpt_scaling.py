@@ -32,7 +32,7 @@ from mwb.evaluation.predictions import FILENAME as PREDICTIONS_FILE
 from mwb.evaluation.predictions import read_predictions
 from mwb.tasks.bio.wnut16 import DATA as WNUT16
 
-from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, PlanSpec, Scale
+from ..api import LOGGING, CellResult, Comparison, DataOption, Experiment, Paper, Pilot, PlanSpec, Scale
 from ..registry import register
 from . import bert_gpt_scaling_scales as gs
 from .biomegatron_scales import last_train_value, last_valid_value, sets
@@ -54,6 +54,15 @@ class BertGptScaling(Experiment):
                    Comparison(SMALL, LARGE, "wnut_f1", "greater"),
                    Comparison(MEDIUM, LARGE, "bbc_accuracy", "greater"),
                    Comparison(MEDIUM, LARGE, "wnut_f1", "greater"))
+    # The cpu scale's pretraining lr per size, chosen by bert_gpt_scaling_pilot's rule (written before it ran) at
+    # seed 99, which no report uses: `python -m mwb.repro.experiments.bert_gpt_scaling_pilot --out DIR`, run alone
+    # on bd4f59c (3,385 s, load 0.67 at its start); its unigram plateau was 6.308 nats.
+    pilots = tuple(Pilot(f"pt_lr {size}", f"{gs.CPU_PT_LR[size]:g}", seeds=(99,), numbers=numbers,
+                         measure="last-step dev MLM loss (nats) of the cpu scale's pretraining; rule: the lowest, "
+                                 "ties within 0.01 to the smaller lr")
+                   for size, numbers in (("small", {"5e-4": 6.085, "1e-3": 5.671, "2e-3": 5.443}),
+                                         ("medium", {"5e-4": 5.531, "1e-3": 4.914, "2e-3": 4.918}),
+                                         ("large", {"5e-4": 4.814, "1e-3": 4.681, "2e-3": 6.698})))
     paper_values = gs.PAPER_VALUES  # Table 5, on the paper's tasks only (no BBC or WNUT number exists)
     scales = gs.SCALES
     paper_options = {

@@ -43,7 +43,12 @@ by the rule's 0.5 nats, so that recipe failed its own check and no report ran wi
 The third recipe, the cpu scale now: 2,000 steps × 16 × 128 tokens (4,096,000), the bert-tiny preset's own
 schedule length, whose note records the 4 × 128 masked LM leaving the plateau after ~450 steps when the lr
 decays over 2,000 (the second recipe's decay over 600 had the lr near its floor by then), the same three
-candidate lrs and rule, at a fresh pilot seed (99). Three seeds: five would take about two hours alone.
+candidate lrs and rule, at a fresh pilot seed (99). Three seeds: five would take about two hours alone. Its pilot
+(``python -m mwb.repro.experiments.bert_gpt_scaling_pilot``, alone on bd4f59c: 3,385 s, load 0.67 at its start)
+gave last-step dev MLM losses, at lr 5e-4 / 1e-3 / 2e-3, of small 6.085 / 5.671 / 5.443, medium 5.531 / 4.914 /
+4.918 and large 4.814 / 4.681 / 6.698, against a 6.308-nat unigram plateau. The rule chose small 2e-3, medium
+1e-3 (4.918 is within 0.01 of 4.914, so the smaller lr) and large 1e-3, and every size's chosen loss lies more
+than 0.5 nats below the plateau (by 0.87, 1.39 and 1.63), so this recipe passed its own check.
 """
 from __future__ import annotations
 
@@ -92,13 +97,13 @@ _GPU = {"small": {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4}
 # bbc_* / wnut_*: training examples sampled per seed, epochs, batch, lr and sequence of each fine-tuning.
 _COMMON = {"preset": "bert-tiny", "pt_lr": 1e-3, "pt_warmup": 20, "ft_lr": 1e-3, "bbc_seq": 128, "wnut_seq": 64,
            "ft_batch": 16, "precision": None}
-# The cpu scale's pretraining lr per size: what bert_gpt_scaling_pilot's rule chose at its pilot seed (the
-# numbers are in BertGptScaling.pilots). Until that pilot has run, 1e-3 for every size, the first recipe's lr.
-CPU_PT_LR = {"small": 1e-3, "medium": 1e-3, "large": 1e-3}
-# The cpu scale's cost, estimated from the second recipe's pilot (9 pretrainings of 600 steps in 933 s alone,
-# ≈ 311 s per size ladder) at 2,000 steps, and the first recipe's fine-tuning (≈ 125 s per cell).
+# The cpu scale's pretraining lr per size: what bert_gpt_scaling_pilot's rule chose at pilot seed 99 (the
+# numbers are in BertGptScaling.pilots and in this module's docstring).
+CPU_PT_LR = {"small": 2e-3, "medium": 1e-3, "large": 1e-3}
+# The cpu scale's cost, from the third recipe's pilot (2,000-step pretrainings alone at its chosen lrs: small 83 s,
+# medium 274 s, large 757 s) and the first recipe's fine-tuning (≈ 125 s per cell).
 CPU_STEPS = 2000
-CPU_BUDGET = ("≈ 70 min on 2 quiet cores (3 sizes × 3 seeds, 5 would take ≈ 2 h; per seed ≈ 1,040 s of "
+CPU_BUDGET = ("≈ 75 min on 2 quiet cores (3 sizes × 3 seeds, 5 would take ≈ 2 h 5 min; per seed ≈ 1,115 s of "
               "pretraining and ≈ 375 of fine-tuning and testing, estimated before the report from the pilots' "
               "measured costs)")
 SCALES = {
