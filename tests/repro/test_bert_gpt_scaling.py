@@ -221,3 +221,47 @@ def test_declared_pilot_lrs_are_the_rules_choice_on_the_recorded_losses():
         picked = choose({float(lr): loss for lr, loss in pilot.numbers.items()})
         assert picked == float(pilot.chosen) == CPU_PT_LR[size] == exp.scales["cpu"].params["pt_lr"][size]
     assert CPU_PT_LR == {SMALL: 2e-3, MEDIUM: 1e-3, LARGE: 1e-3}  # medium: 4.918 at 2e-3 ties 4.914 at 1e-3
+
+
+def test_finetune_lr_pilot_takes_each_sizes_and_tasks_best_dev_metric(tmp_path):
+    """The fine-tuning pilot pretrains each size once with the cell's own command, fine-tunes each task at every
+    candidate lr with the cell's own command (only --lr and --out differ), reads only the last dev record, runs
+    no eval (no test item is scored) and picks per size and task by the rule."""
+    from mwb.repro.experiments import bert_gpt_scaling_ft_pilot as ftp
+    assert ftp.choose({1e-4: 0.5, 3e-4: 0.7, 1e-3: 0.698, 3e-3: 0.2}) == 3e-4
+    assert ftp.choose({1e-4: 0.0, 3e-4: 0.0, 1e-3: float("nan")}) == 1e-4  # all tied at 0: the smallest lr
+    assert ftp.choose({1e-4: None}) is None
+    assert ftp.PILOT_SEED not in range(5)
+    best = {(SMALL, "bbc"): 3e-3, (MEDIUM, "bbc"): 1e-3, (LARGE, "bbc"): 1e-4,
+            (SMALL, "wnut"): 3e-4, (MEDIUM, "wnut"): 3e-4, (LARGE, "wnut"): 1e-4}
+    ran = []
+
+    def invoke(argv):
+        ran.append(argv)
+        out = argv[argv.index("--out") + 1]
+        os.makedirs(os.path.join(out, "checkpoints"))
+        if argv[1] == "pretrain":
+            return
+        size = out.split("/")[-2]
+        task = "bbc" if argv[2] == "bbc-topic" else "wnut"
+        lr = float(argv[argv.index("--lr") + 1])
+        key = "accuracy" if task == "bbc" else "f1"
+        value = 0.9 - abs(np.log10(lr / best[(size, task)]))
+        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps({"step": 1, "split": "valid", key: 0.99}) + "\n")  # an earlier epoch: not read
+            f.write(json.dumps({"step": 2, "split": "valid", key: value}) + "\n")
+
+    result = ftp.run_pilot(str(tmp_path), invoke)
+    assert [a[1] for a in ran].count("pretrain") == 3 and not any(a[1] == "eval" for a in ran)
+    exp = get_experiment("bert-gpt-scaling")
+    for size in SIZES:
+        cell = exp.cell_commands(size, ftp.PILOT_SEED, exp.scales["cpu"], str(tmp_path / size), {})
+        for a in [a for a in ran if a[1] == "finetune" and f"/{size}/" in a[a.index("--out") + 1]]:
+            (same,) = [c for c in cell if c[:3] == a[:3]]
+            i, j = a.index("--lr"), a.index("--out")
+            assert [x for k, x in enumerate(a) if k not in (i + 1, j + 1)] == \
+                [x for k, x in enumerate(same) if k not in (i + 1, j + 1)]
+    assert len([a for a in ran if a[1] == "finetune"]) == 3 * 2 * len(ftp.CANDIDATES)
+    assert {(s, t): lr for t, by in result["chosen"].items() for s, lr in by.items()} == best
+    assert not any(os.path.isdir(os.path.join(a[a.index("--out") + 1], "checkpoints")) for a in ran)
+    assert json.loads((tmp_path / "ft_pilot.json").read_text())["chosen"] == result["chosen"]

@@ -129,11 +129,12 @@ class BertGptScaling(Experiment):
                     "--micro-batch-size", str(min(batch, p.get("pt_micro", batch))), "--seq-length", str(seq),
                     "--seed", str(seed), *precision, "--keep-last", "1", *LOGGING, "--out", at(out)]
 
-        cmds.append(finetune("bbc-topic", "bbc", p["bbc_train"], p["bbc_seq"], epochs=p.get("bbc_epochs", p["epochs"])))
+        cmds.append(finetune("bbc-topic", "bbc", p["bbc_train"], p["bbc_seq"], epochs=p.get("bbc_epochs", p["epochs"]),
+                             lr=finetune_lr(p, condition, "bbc")))
         cmds.append(["mwb", "eval", "bbc-topic", "--checkpoint", at("bbc"), "--split", "test", "--seq-length",
                      str(p["bbc_seq"]), "--batch-size", "32", "--out", at("bbc_test")])
         cmds.append(finetune("ner", "wnut", p["wnut_train"], p["wnut_seq"], ("--data", WNUT16),
-                             epochs=p.get("wnut_epochs", p["epochs"])))
+                             epochs=p.get("wnut_epochs", p["epochs"]), lr=finetune_lr(p, condition, "wnut")))
         cmds.append(["mwb", "eval", "ner", "--checkpoint", at("wnut"), "--data", WNUT16, "--split", "test",
                      "--seq-length", str(p["wnut_seq"]), "--batch-size", "32", "--out", at("wnut_test")])
         if paper:
@@ -193,6 +194,7 @@ class BertGptScaling(Experiment):
             metrics["race_accuracy"] = float(_metrics(os.path.join(cell_dir, "race_test"))["accuracy"])
         log = os.path.join(cell_dir, "pretrain", "metrics.jsonl")
         details = {"shape": scale.params["shapes"][condition], "pretrain_lr": pretrain_lr(scale.params, condition),
+                   "finetune_lr": {t: finetune_lr(scale.params, condition, t) for t in ("bbc", "wnut")},
                    "pretrain_last_mlm_loss": last_train_value(log, "lm_loss"),
                    "pretrain_dev_mlm_loss": last_valid_value(log, "lm_loss")}
         return CellResult(metrics, records, details)
@@ -208,6 +210,13 @@ def pretrain_lr(p: dict, size: str) -> float:
     which its pilot chose)."""
     lr = p["pt_lr"]
     return float(lr[size] if isinstance(lr, dict) else lr)
+
+
+def finetune_lr(p: dict, size: str, task: str) -> float:
+    """A scale's fine-tuning lr for ``size`` on ``task`` (``bbc`` or ``wnut``): one number for every size and
+    task, or ``{task: {size: lr}}`` (the cpu scale's, which its fine-tuning pilot chose)."""
+    lr = p["ft_lr"]
+    return float(lr[task][size] if isinstance(lr, dict) else lr)
 
 
 def _metrics(run_dir: str) -> dict:

@@ -160,6 +160,14 @@ def _pretrain_lr_text(lr) -> str:
     return f"lr {lr:g}"
 
 
+def _finetune_lr_text(lr) -> str:
+    if isinstance(lr, dict):
+        per = "; ".join(f"{name} " + ", ".join(f"{s} {lr[task][s]:g}" for s in SIZES)
+                        for task, name in (("bbc", "BBC"), ("wnut", "WNUT-16")))
+        return f"each size's own lr per task, chosen on dev ({per})"
+    return f"lr {lr:g}"
+
+
 def shape_text(shape: dict) -> str:
     return f"{shape['num_layers']} × {shape['hidden_size']}"
 
@@ -183,9 +191,9 @@ def scope(scale: Scale) -> str:
         f"A ladder of three BERTs ({ladder}; layers × hidden, bert-tiny's layout) is pretrained on the same "
         f"bundled public-domain corpus for the same {p['pt_steps']:,} steps of {p['pt_batch']} × {p['pt_seq']} "
         f"tokens ({tokens:,} tokens, the same seed-k order for every size) at {_pretrain_lr_text(p['pt_lr'])}, "
-        f"then each is fine-tuned identically "
+        f"then each is fine-tuned with one schedule "
         f"({p.get('bbc_epochs', p['epochs'])} / {p.get('wnut_epochs', p['epochs'])} epoch(s), batch "
-        f"{p['ft_batch']}, lr {p['ft_lr']:g}{warm}) on BBC News topic classification "
+        f"{p['ft_batch']}, {_finetune_lr_text(p['ft_lr'])}{warm}) on BBC News topic classification "
         f"({n('bbc_train', '1,781')} training articles) and WNUT-16 Twitter NER ({n('wnut_train', '1,915')} "
         "training tweets, conlleval entity F1 as seqeval's default mode counts it). Seed k drives the "
         "pretraining's init and data order and the fine-tuning's init, order and training sample; the test "
