@@ -215,8 +215,9 @@ def test_declared_pilot_lrs_are_the_rules_choice_on_the_recorded_losses():
     from mwb.repro.experiments.bert_gpt_scaling_pilot import PILOT_SEEDS, choose
     from mwb.repro.experiments.bert_gpt_scaling_scales import CPU_PT_LR
     exp = get_experiment("bert-gpt-scaling")
-    assert [p.setting for p in exp.pilots] == [f"pt_lr {s}" for s in SIZES]
-    for size, pilot in zip(SIZES, exp.pilots):
+    pt = [p for p in exp.pilots if p.setting.startswith("pt_lr ")]
+    assert [p.setting for p in pt] == [f"pt_lr {s}" for s in SIZES]
+    for size, pilot in zip(SIZES, pt):
         assert pilot.seeds == PILOT_SEEDS and not pilot.overlap_note
         picked = choose({float(lr): loss for lr, loss in pilot.numbers.items()})
         assert picked == float(pilot.chosen) == CPU_PT_LR[size] == exp.scales["cpu"].params["pt_lr"][size]
@@ -265,3 +266,27 @@ def test_finetune_lr_pilot_takes_each_sizes_and_tasks_best_dev_metric(tmp_path):
     assert {(s, t): lr for t, by in result["chosen"].items() for s, lr in by.items()} == best
     assert not any(os.path.isdir(os.path.join(a[a.index("--out") + 1], "checkpoints")) for a in ran)
     assert json.loads((tmp_path / "ft_pilot.json").read_text())["chosen"] == result["chosen"]
+
+
+def test_declared_finetune_lrs_are_the_rules_choice_on_the_recorded_dev_metrics(capsys):
+    """The fine-tuning pilot's recorded dev metrics, put through its rule, give the lr each cpu cell fine-tunes
+    each task at (and the pretraining pilot's records stay first)."""
+    from mwb.repro.experiments.bert_gpt_scaling_ft_pilot import PILOT_SEED, TASKS, choose
+    from mwb.repro.experiments.bert_gpt_scaling_scales import CPU_FT_LR
+    exp = get_experiment("bert-gpt-scaling")
+    ft = [p for p in exp.pilots if p.setting.startswith("ft_lr ")]
+    assert [p.setting for p in ft] == [f"ft_lr {t} {s}" for t in TASKS for s in SIZES]
+    for pilot in ft:
+        _, task, size = pilot.setting.split()
+        assert pilot.seeds == (PILOT_SEED,)
+        assert choose({float(lr): v for lr, v in pilot.numbers.items()}) == float(pilot.chosen) == CPU_FT_LR[task][size]
+    assert CPU_FT_LR == {"bbc": {SMALL: 3e-4, MEDIUM: 3e-4, LARGE: 3e-4},
+                         "wnut": {SMALL: 1e-4, MEDIUM: 1e-4, LARGE: 1e-3}}
+    code, stdout, err = run_cli(["repro", "bert-gpt-scaling", "--scale", "cpu", "--dry-run"], capsys)
+    assert code == 0, err
+    for line in stdout.splitlines():
+        if line.startswith("mwb finetune"):
+            a = shlex.split(line)
+            size = a[a.index("--out") + 1].split("/")[-3]
+            task = "bbc" if a[2] == "bbc-topic" else "wnut"
+            assert a[a.index("--lr") + 1] == f"{CPU_FT_LR[task][size]:g}"

@@ -63,6 +63,19 @@ class BertGptScaling(Experiment):
                    for size, numbers in (("small", {"5e-4": 6.085, "1e-3": 5.671, "2e-3": 5.443}),
                                          ("medium", {"5e-4": 5.531, "1e-3": 4.914, "2e-3": 4.918}),
                                          ("large", {"5e-4": 4.814, "1e-3": 4.681, "2e-3": 6.698})))
+    # The cpu scale's fine-tuning lr per task and size, chosen by bert_gpt_scaling_ft_pilot's rule (written before it
+    # ran) at seed 99: `python -m mwb.repro.experiments.bert_gpt_scaling_ft_pilot --out DIR`, alone on 901f8e2.
+    pilots += tuple(Pilot(f"ft_lr {task} {size}", f"{gs.CPU_FT_LR[task][size]:g}", seeds=(99,), numbers=numbers,
+                          measure=f"last-epoch dev {metric} of the cpu scale's {task} fine-tuning; rule: the highest, "
+                                  "ties within 0.005 to the smaller lr")
+                    for task, metric, size, numbers in (
+                        ("bbc", "accuracy", "small", {'1e-4': 0.2308, '3e-4': 0.3303, '1e-3': 0.3032, '3e-3': 0.2986}),
+                        ("bbc", "accuracy", "medium", {'1e-4': 0.3303, '3e-4': 0.371, '1e-3': 0.362, '3e-3': 0.2308}),
+                        ("bbc", "accuracy", "large", {'1e-4': 0.3756, '3e-4': 0.3891, '1e-3': 0.2896, '3e-3': 0.2308}),
+                        ("wnut", "entity F1", "small", {'1e-4': 0.0, '3e-4': 0.0, '1e-3': 0.0, '3e-3': 0.0}),
+                        ("wnut", "entity F1", "medium", {'1e-4': 0.0, '3e-4': 0.0, '1e-3': 0.0, '3e-3': 0.0}),
+                        ("wnut", "entity F1", "large", {'1e-4': 0.0, '3e-4': 0.0484, '1e-3': 0.1245, '3e-3': 0.0}),
+                    ))
     paper_values = gs.PAPER_VALUES  # Table 5, on the paper's tasks only (no BBC or WNUT number exists)
     scales = gs.SCALES
     paper_options = {
