@@ -1,7 +1,7 @@
 """``mwb repro``: a paper's experiment as one command, the list of experiments, and the page of committed runs.
 
     mwb repro [--list] [--json]                     what can be reproduced, with each committed verdict
-    mwb repro NAME [--scale S] [--seeds N] [--out DIR] [--dry-run] [--set key=value]
+    mwb repro NAME [--scale S] [--seeds N] [--first-seed K] [--out DIR] [--dry-run] [--set key=value]
     mwb repro report [--root reproductions] [--out docs/reproductions.md]
     mwb repro reanalyze [--root reproductions] [--json]   old and two-level verdicts of the committed reports
 
@@ -74,6 +74,8 @@ def _print_list(root: str, as_json: bool) -> None:
 @click.option("--scale", type=click.Choice(SCALE_NAMES), default="cpu", show_default=True,
               help="smoke: a pipeline check; cpu: the documented result; gpu: one GPU; paper: the paper's setting")
 @click.option("--seeds", type=click.IntRange(min=1), help="seeds per condition [the scale's default]")
+@click.option("--first-seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="the first seed: seeds run FIRST .. FIRST+N-1 (e.g. 5 to re-run a 5-seed report on new seeds)")
 @click.option("--out", help="output directory [reproductions-runs/NAME-SCALE]; for `report`: the page to write "
                             "[docs/reproductions.md]")
 @click.option("--dry-run", is_flag=True,
@@ -83,7 +85,7 @@ def _print_list(root: str, as_json: bool) -> None:
 @log_option
 @click.option("--allow-dirty", is_flag=True,
               help="write a report under reproductions/ from an uncommitted tree (env.json marks it)")
-def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root, log, allow_dirty):
+def repro(name, do_list, as_json, scale, seeds, first_seed, out, dry_run, sets, root, log, allow_dirty):
     """Reproduce a paper's experiment: every (condition, seed) cell, paired statistics, a computed verdict.
 
     Writes OUT/report.md, results.json, predictions/, commands.sh, env.json and a plot. A rerun with the
@@ -109,7 +111,8 @@ def repro(name, do_list, as_json, scale, seeds, out, dry_run, sets, root, log, a
     from mwb.core.training.tracking import check_available
     from mwb.repro.runner import dry_run as describe, plan_run, run_experiment
 
-    plan = plan_run(get_experiment(name), scale, seeds, out, _options(sets), allow_dirty=allow_dirty)
+    plan = plan_run(get_experiment(name), scale, seeds, out, _options(sets), allow_dirty=allow_dirty,
+                    first_seed=first_seed)
     if plan.note:
         click.echo(f"mwb: {plan.note}", err=True)
     if dry_run:

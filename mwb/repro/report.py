@@ -181,6 +181,8 @@ def rerun_command(plan) -> str:
     argv = ["mwb", "repro", plan.exp.name, "--scale", plan.scale.name]
     if not plan.exp.deterministic:
         argv += ["--seeds", str(len(plan.seeds))]
+        if plan.seeds[0]:
+            argv += ["--first-seed", str(plan.seeds[0])]
     argv += ["--out", plan.out]
     for k, v in plan.options.items():
         argv += ["--set", f"{k}={v}"]

@@ -68,21 +68,35 @@ def default_out(name: str, scale: str) -> str:
 
 
 def plan_run(exp: Experiment, scale: str = "cpu", seeds: Optional[int] = None, out: Optional[str] = None,
-             options: Optional[dict] = None, allow_dirty: bool = False) -> RunPlan:
-    """Resolve the scale, seeds, output directory and options into the list of cells (ConfigError if bad)."""
+             options: Optional[dict] = None, allow_dirty: bool = False, first_seed: int = 0) -> RunPlan:
+    """Resolve the scale, seeds, output directory and options into the list of cells (ConfigError if bad).
+
+    Seeds are ``first_seed .. first_seed + seeds - 1``: a reviewer re-runs a committed report on new seeds
+    (``--first-seed 5``) and checks that its verdict holds. Seeds a pilot tuned on are refused for a report
+    under ``reproductions/`` (the pilot chose a setting on them) and flagged anywhere else."""
     sc = exp.scale(scale)
     opts = exp.check_options(sc, dict(options or {}))
     note = ""
     if seeds is not None and seeds < 1:
         raise ConfigError(f"--seeds must be at least 1, got {seeds}")
+    if first_seed < 0:
+        raise ConfigError(f"--first-seed must be at least 0, got {first_seed}")
+    out = out or default_out(exp.name, sc.name)
     if exp.deterministic:
-        if seeds not in (None, 1):
-            note = (f"{exp.name} is deterministic (computed values, no training): one run, --seeds {seeds} "
-                    f"does not apply")
+        if seeds not in (None, 1) or first_seed:
+            note = (f"{exp.name} is deterministic (computed values, no training): one run, --seeds/--first-seed "
+                    f"do not apply")
         seed_list: tuple = (0,)
     else:
-        seed_list = tuple(range(seeds if seeds is not None else sc.seeds))
-    out = out or default_out(exp.name, sc.name)
+        seed_list = tuple(range(first_seed, first_seed + (seeds if seeds is not None else sc.seeds)))
+        tuned = sorted({s for pilot in exp.pilots for s in pilot.seeds if s in seed_list})
+        if tuned:
+            msg = (f"seed(s) {', '.join(map(str, tuned))} of this run are {exp.name}'s pilot seeds (its "
+                   f"settings were chosen on them)")
+            declared = {s for pilot in exp.pilots if pilot.overlap_note for s in pilot.seeds}  # said in report
+            if committed_dir(out) and set(tuned) - declared:
+                raise ConfigError(f"refusing to write a report under {out}: {msg}; choose --first-seed past them")
+            note = f"{msg}: not an independent test"
     cells = tuple(Cell(c, s, os.path.join(out, "cells", c, f"seed{s}"))
                   for c in exp.conditions_for(sc)
                   for s in (seed_list[:1] if c in exp.seed_independent else seed_list))

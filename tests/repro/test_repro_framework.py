@@ -16,7 +16,7 @@ from scipy import stats as sps
 from mwb.core.config import ConfigError
 from mwb.evaluation.predictions import read_predictions
 from mwb.repro import analysis, registry
-from mwb.repro.api import SCALES, CellResult, Comparison, Experiment, Paper, PaperValue, Scale
+from mwb.repro.api import SCALES, CellResult, Comparison, Experiment, Paper, PaperValue, Pilot, Scale
 from mwb.repro.runner import dry_run, plan_run, run_experiment
 
 ITEMS = 120
@@ -214,6 +214,26 @@ def test_dry_run_and_options(toys, tmp_path):
         plan_run(exp, "paper", 2, None, {"data": "x"})
     with pytest.raises(ConfigError, match="unknown scale"):
         plan_run(exp, "huge")
+
+
+def test_first_seed_runs_new_seeds_and_refuses_pilot_seeds_for_a_report(toys, tmp_path):
+    """--first-seed K runs seeds K..K+N-1 (a reviewer's re-run on new seeds), says so in the re-run command,
+    and a report under reproductions/ may not run on seeds a pilot tuned on (elsewhere: a note)."""
+    exp = registry.get_experiment("toy-shown")
+    res = run_experiment(plan_run(exp, "smoke", 2, str(tmp_path / "new"), first_seed=5), invoke=FakeEval(),
+                         progress=False)
+    assert res["seeds"] == [5, 6] and sorted(os.listdir(tmp_path / "new" / "cells" / "base")) == ["seed5", "seed6"]
+    treated = [np.mean([r["accuracy"] for r in toy_records("treated", 0.3, s, ITEMS)]) for s in (5, 6)]
+    assert res["conditions"]["treated"]["accuracy"] == pytest.approx(treated)
+    assert "--seeds 2 --first-seed 5 " in (tmp_path / "new" / "commands.sh").read_text()
+    piloted = type("toy_piloted", (type(exp),), {"pilots": (Pilot("lr", "1e-3", (6,), {"1e-3": 0.5}, "dev"),)})()
+    with pytest.raises(ConfigError, match="seed\\(s\\) 6 of this run are .* pilot seeds"):
+        plan_run(piloted, "smoke", 2, str(tmp_path / "reproductions" / "toy"), first_seed=5)
+    plan = plan_run(piloted, "smoke", 2, str(tmp_path / "elsewhere"), first_seed=5)
+    assert plan.seeds == (5, 6) and "not an independent test" in plan.note
+    assert plan_run(piloted, "smoke", 2, str(tmp_path / "reproductions" / "toy"), first_seed=7).seeds == (7, 8)
+    with pytest.raises(ConfigError, match="--first-seed must be at least 0"):
+        plan_run(exp, "smoke", 2, None, first_seed=-1)
 
 
 def test_deterministic_verdict_counts_headline_values_only():
