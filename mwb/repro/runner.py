@@ -83,9 +83,11 @@ def plan_run(exp: Experiment, scale: str = "cpu", seeds: Optional[int] = None, o
         raise ConfigError(f"--first-seed must be at least 0, got {first_seed}")
     out = out or default_out(exp.name, sc.name)
     if exp.deterministic:
-        if seeds not in (None, 1) or first_seed:
-            note = (f"{exp.name} is deterministic (computed values, no training): one run, --seeds/--first-seed "
-                    f"do not apply")
+        unused = [f"--seeds {seeds}"] if seeds not in (None, 1) else []
+        unused += [f"--first-seed {first_seed}"] if first_seed else []
+        if unused:
+            note = (f"{exp.name} is deterministic (computed values, no training): one run, {' and '.join(unused)} "
+                    f"{'does' if len(unused) == 1 else 'do'} not apply")
         seed_list: tuple = (0,)
     else:
         seed_list = tuple(range(first_seed, first_seed + (seeds if seeds is not None else sc.seeds)))

@@ -94,3 +94,6 @@ def test_seeds_on_a_deterministic_experiment_are_said_not_to_apply(capsys):
     code, out, err = run_cli(["repro", "megatron-scaling", "--scale", "smoke", "--seeds", "2", "--dry-run"], capsys)
     assert code == 0 and "is deterministic (computed values, no training): one run, --seeds 2 does not apply" in err
     assert "# table1-1t seed 0" in out and "seed 1" not in out
+    code, out, err = run_cli(["repro", "megatron-scaling", "--scale", "smoke", "--first-seed", "5", "--dry-run"],
+                             capsys)
+    assert code == 0 and "one run, --first-seed 5 does not apply" in err and "seed 5" not in out
