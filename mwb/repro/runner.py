@@ -95,8 +95,8 @@ def plan_run(exp: Experiment, scale: str = "cpu", seeds: Optional[int] = None, o
         if tuned:
             msg = (f"seed(s) {', '.join(map(str, tuned))} of this run are {exp.name}'s pilot seeds (its "
                    f"settings were chosen on them)")
-            declared = {s for pilot in exp.pilots if pilot.overlap_note for s in pilot.seeds}  # said in report
-            if committed_dir(out) and set(tuned) - declared:
+            undeclared = [s for pilot in exp.pilots if not pilot.overlap_note for s in pilot.seeds if s in seed_list]
+            if committed_dir(out) and undeclared:  # a pilot with an overlap_note says so in the report itself
                 raise ConfigError(f"refusing to write a report under {out}: {msg}; choose --first-seed past them")
             note = f"{msg}: not an independent test"
     cells = tuple(Cell(c, s, os.path.join(out, "cells", c, f"seed{s}"))

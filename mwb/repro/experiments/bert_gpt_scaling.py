@@ -59,7 +59,7 @@ class BertGptScaling(Experiment):
     # on bd4f59c (3,385 s, load 0.67 at its start); its unigram plateau was 6.308 nats.
     pilots = tuple(Pilot(f"pt_lr {size}", f"{gs.CPU_PT_LR[size]:g}", seeds=(99,), numbers=numbers,
                          measure="last-step dev MLM loss (nats) of the cpu scale's pretraining; rule: the lowest, "
-                                 "ties within 0.01 to the smaller lr")
+                                 "ties within 0.01 to the smaller lr; the corpus' unigram plateau: 6.308 nats")
                    for size, numbers in (("small", {"5e-4": 6.085, "1e-3": 5.671, "2e-3": 5.443}),
                                          ("medium", {"5e-4": 5.531, "1e-3": 4.914, "2e-3": 4.918}),
                                          ("large", {"5e-4": 4.814, "1e-3": 4.681, "2e-3": 6.698})))
